@@ -1,0 +1,48 @@
+# pdserve — local CPU cluster and tests. All targets are idempotent.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CONFIG ?= deploy/local.yaml
+STAMP := $(VENV)/.pdserve-installed
+DEV_STAMP := $(VENV)/.pdserve-dev-installed
+
+.PHONY: install install-dev up down test lint typecheck unit integration clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints/cpu.txt scripts/install.sh
+	bash scripts/install.sh $(PYTHON) $(VENV) runtime
+	touch $@
+
+install-dev: $(DEV_STAMP)
+
+$(DEV_STAMP): $(STAMP) constraints/dev.txt
+	bash scripts/install.sh $(PYTHON) $(VENV) dev
+	touch $@
+
+## Start the local disaggregated cluster in the foreground (Ctrl-C stops it).
+up: install
+	$(VENV)/bin/pdserve up --config $(CONFIG)
+
+down:
+	$(VENV)/bin/pdserve down
+
+lint: install-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install-dev
+	$(VENV)/bin/mypy pdserve/config.py kv_transfer/params.py kv_transfer/connector_config.py router/openai_models.py
+
+unit: install-dev
+	$(PY) -m pytest tests/unit -q
+
+integration: install-dev
+	$(PY) -m pytest tests/integration -q
+
+## The whole suite: lint, types, unit tests, then the real cluster tests.
+test: lint typecheck
+	$(PY) -m pytest tests -q -ra
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

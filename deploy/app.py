@@ -1,0 +1,62 @@
+"""The Ray Serve application: Router (ingress) → PrefillServer, DecodeServer.
+
+`build_app(args)` is the application builder that `pdserve up`, `serve run` and the Helm
+chart's serveConfigV2 all use: `import_path: pdserve.deploy.app:build_app`, with the pdserve
+config (the YAML schema of pdserve.config) as `args`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdserve.decode_pool.server import DecodeServer
+from pdserve.prefill_pool.server import PrefillServer
+from pdserve.router.deployment import Router
+from ray import serve
+from ray.serve import Application
+
+from pdserve.config import PdserveConfig, PoolConfig, parse_config
+
+
+def _pool_options(pool: PoolConfig) -> dict[str, Any]:
+    opts: dict[str, Any] = {
+        "ray_actor_options": {"num_cpus": pool.num_cpus, "num_gpus": pool.num_gpus},
+        "max_ongoing_requests": pool.max_ongoing_requests,
+        # Engines take 30-60 s to start on CPU, minutes for big models on GPU.
+        "health_check_timeout_s": 120,
+        "graceful_shutdown_timeout_s": 20,
+    }
+    if pool.autoscaling is None:
+        opts["num_replicas"] = pool.num_replicas
+    else:
+        a = pool.autoscaling
+        opts["autoscaling_config"] = {
+            "min_replicas": a.min_replicas,
+            "initial_replicas": max(a.min_replicas, min(pool.num_replicas, a.max_replicas)),
+            "max_replicas": a.max_replicas,
+            "target_ongoing_requests": a.target_ongoing_requests,
+            "upscale_delay_s": a.upscale_delay_seconds,
+            "downscale_delay_s": a.downscale_delay_seconds,
+        }
+    return opts
+
+
+def build_from_config(config: PdserveConfig) -> Application:
+    """The bound application for a validated config."""
+    raw = config.model_dump(mode="json")
+    prefill = serve.deployment(PrefillServer, name="PrefillServer").options(
+        **_pool_options(config.prefill)
+    )
+    decode = serve.deployment(DecodeServer, name="DecodeServer").options(
+        **_pool_options(config.decode)
+    )
+    router = serve.deployment(serve.ingress()(Router), name="Router").options(
+        ray_actor_options={"num_cpus": config.router.num_cpus},
+        max_ongoing_requests=1024,
+    )
+    return router.bind(raw, prefill.bind(raw), decode.bind(raw))
+
+
+def build_app(args: dict[str, Any]) -> Application:
+    """Ray Serve application builder: `args` is a pdserve config mapping."""
+    return build_from_config(parse_config(dict(args), origin="application args"))

@@ -1,0 +1,55 @@
+"""vLLM KV-connector config for one engine role, and the per-replica engine environment.
+
+Pure functions of the pdserve config: the engine wrapper calls them once per replica, before
+the engine starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pdserve.config import PdserveConfig
+
+Role = Literal["prefill", "decode"]
+
+_KV_ROLE: dict[Role, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def kv_transfer_config(config: PdserveConfig, role: Role) -> dict[str, Any]:
+    """The `kv_transfer_config` engine arg for a prefill or decode engine."""
+    kv = config.kv_transfer
+    return {
+        "kv_connector": kv.connector,
+        "kv_role": _KV_ROLE[role],
+        "kv_buffer_device": config.kv_buffer_device,
+        # A failed pull must fail the request, never silently recompute on decode.
+        "kv_load_failure_policy": "fail",
+        "kv_connector_extra_config": {"backends": list(kv.backends), "num_threads": kv.num_threads},
+    }
+
+
+def engine_environment(config: PdserveConfig, role: Role, side_channel_port: int) -> dict[str, str]:
+    """Environment variables one replica sets before starting its engine.
+
+    `side_channel_port` must be unique per replica on a node (see `ports.pick_free_port`).
+    """
+    kv = config.kv_transfer
+    pool = config.prefill if role == "prefill" else config.decode
+    env = {
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel_port),
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": kv.side_channel_host,
+        "VLLM_NIXL_ABORT_REQUEST_TIMEOUT": str(int(kv.abort_request_timeout_seconds)),
+        # Engine-side usage stats phone home; a serving cluster must never do that.
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    env.update(kv.ucx_env)
+    if config.platform == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, pool.engine.cpu_kv_cache_bytes >> 30))
+        # See pdserve.kv_transfer.vllm_plugin for why these two exist.
+        env["PDSERVE_NIXL_PROGRESS_THREAD"] = "1" if kv.progress_thread else "0"
+        if pool.cpu_cores is not None:
+            cores = ",".join(str(c) for c in pool.cpu_cores)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cores
+            env["PDSERVE_NIXL_KV_CORES"] = cores
+    return env

@@ -1,0 +1,22 @@
+"""NIXL side-channel ports: one per replica on a node."""
+
+from __future__ import annotations
+
+import socket
+
+
+def pick_free_port(base_port: int, host: str = "127.0.0.1", num_tries: int = 200) -> int:
+    """The first port >= base_port that nothing listens on now.
+
+    Racy by nature (another process may take it before the engine binds), so replicas on one
+    node call it under distinct bases or retry engine start on a bind error.
+    """
+    for port in range(base_port, base_port + num_tries):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free NIXL side-channel port in [{base_port}, {base_port + num_tries})")

@@ -1,0 +1,143 @@
+"""The `pdserve` command line: up, down, demo-model, serve-config."""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import time
+from typing import Annotated
+
+import typer
+import yaml
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from pdserve.config import ConfigError, PdserveConfig, load_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+DEFAULT_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "deploy" / "local.yaml"
+
+ConfigOpt = Annotated[
+    pathlib.Path | None,
+    typer.Option("--config", "-c", help="pdserve YAML config (default: deploy/local.yaml)."),
+]
+
+
+def _load(path: pathlib.Path | None, console: Console) -> PdserveConfig:
+    if path is None:
+        from importlib.resources import files
+
+        packaged = pathlib.Path(str(files("pdserve.deploy") / "local.yaml"))
+        path = packaged if packaged.exists() else DEFAULT_CONFIG
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def up(
+    config: ConfigOpt = None,
+    detach: Annotated[
+        bool, typer.Option(help="Return once ready; stop with `pdserve down`.")
+    ] = False,
+) -> None:
+    """Start Ray locally and deploy the prefill/decode cluster; print the URL when ready."""
+    from pdserve import local_cluster as lc
+    from pdserve.model_source import resolve_model
+
+    console = Console()
+    cfg = _load(config, console)
+    with console.status(f"preparing model '{cfg.model.source}'"):
+        path = resolve_model(cfg.model)
+    console.print(f"model: {path}")
+    shm_before = lc.shm_snapshot()
+    with console.status("starting Ray"):
+        started = lc.start_ray()
+    lc.write_state(started, shm_before, cfg)
+    url = f"http://{cfg.router.host}:{cfg.router.port}"
+    t0 = time.monotonic()
+
+    def render(rows: list[lc.DeploymentProgress]) -> Table:
+        table = Table(
+            title=f"starting pdserve ({time.monotonic() - t0:.0f} s; engines take 30-60 s)"
+        )
+        for col in ("deployment", "status", "replicas", "message"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r.name, r.status, f"{r.num_running}/{r.num_target}", r.message[:80])
+        return table
+
+    try:
+        with Live(render([]), console=console, refresh_per_second=2, transient=False) as live:
+            lc.deploy(cfg, lambda rows: live.update(render(rows)))
+    except (lc.ClusterError, KeyboardInterrupt) as exc:
+        console.print(f"[red]start-up failed:[/red] {exc}")
+        lc.down(console.print)
+        raise typer.Exit(1) from exc
+    console.print(
+        f"[green]pdserve is ready[/green] at {url}  (model id: {cfg.model.served_model_name})"
+    )
+    console.print(
+        f"  try: curl {url}/v1/chat/completions -H 'content-type: application/json' "
+        f'-d \'{{"model":"{cfg.model.served_model_name}","messages":'
+        '[{"role":"user","content":"hello"}],"max_tokens":16}\''
+    )
+    if detach:
+        console.print("running in the background; stop it with `pdserve down`")
+        return
+    console.print("press Ctrl-C to stop")
+    stop = False
+
+    def on_signal(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not stop:
+        time.sleep(0.5)
+    console.print("stopping")
+    lc.down(console.print)
+
+
+@app.command()
+def down() -> None:
+    """Stop everything `pdserve up` started (Serve app, engines, Ray, /dev/shm buffers)."""
+    from pdserve import local_cluster as lc
+
+    console = Console()
+    lc.down(console.print)
+    console.print("pdserve stopped")
+
+
+@app.command("demo-model")
+def demo_model(
+    out: Annotated[pathlib.Path, typer.Option("--out", help="Folder to create the model in.")],
+    seed: Annotated[int, typer.Option(help="Weights seed.")] = 0,
+) -> None:
+    """Create the built-in tiny demo model (Llama architecture, local tokenizer), offline."""
+    from pdserve.demo_model import create_demo_model
+
+    path = create_demo_model(out, seed=seed)
+    typer.echo(f"demo model written to {path}")
+
+
+@app.command("serve-config")
+def serve_config(config: ConfigOpt = None) -> None:
+    """Print the Ray Serve config (serveConfigV2) for a pdserve config."""
+    from pdserve.deploy.serve_config import serve_config_for
+
+    console = Console()
+    cfg = _load(config, console)
+    typer.echo(yaml.safe_dump(serve_config_for(cfg), sort_keys=False))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

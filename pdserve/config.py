@@ -1,0 +1,242 @@
+"""The one deployment config: model, prefill and decode pools, KV transfer, router.
+
+One YAML file describes a deployment. The CLI (`pdserve up`), Ray Serve's `serve run` (through
+`pdserve.deploy.app:build_app`) and the Helm chart all consume this schema. Pure data: no I/O
+beyond `load_config`, which reads one file.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEMO_MODEL_ID = "pdserve-demo"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """Which model both pools serve (they must serve the same one)."""
+
+    source: str = Field(
+        default="demo",
+        description=(
+            "'demo' for the built-in tiny model made locally, a local Hugging Face model "
+            "folder, or a hub id (only where the machine has internet)."
+        ),
+    )
+    served_model_name: str = Field(
+        default=DEMO_MODEL_ID, min_length=1, description="Model id clients send as `model`."
+    )
+    demo_model_dir: str = Field(
+        default="~/.cache/pdserve/demo-model",
+        description="Where the demo model is created when source is 'demo'.",
+    )
+    max_model_len_tokens: int = Field(
+        default=4096, gt=0, description="Context window (prompt + completion) in tokens."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="Weights/activation dtype passed to vLLM."
+    )
+    seed: int = Field(default=0, description="Engine seed (same on every replica).")
+
+
+class AutoscalingConfig(_Strict):
+    """Ray Serve autoscaling bounds for one pool."""
+
+    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas kept running.")
+    max_replicas: int = Field(default=1, ge=1, description="Most replicas ever started.")
+    target_ongoing_requests: float = Field(
+        default=8.0, gt=0, description="Ongoing requests per replica the autoscaler aims for."
+    )
+    upscale_delay_seconds: float = Field(default=30.0, ge=0, description="Wait before adding.")
+    downscale_delay_seconds: float = Field(default=300.0, ge=0, description="Wait before removing.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"autoscaling.min_replicas ({self.min_replicas}) must be <= "
+                f"max_replicas ({self.max_replicas})"
+            )
+        return self
+
+
+class EngineConfig(_Strict):
+    """vLLM engine settings for one role."""
+
+    max_num_seqs: int = Field(default=64, gt=0, description="Concurrent sequences per engine.")
+    max_num_batched_tokens: int = Field(
+        default=4096, gt=0, description="Token budget of one engine step."
+    )
+    enable_prefix_caching: bool = Field(default=True, description="Reuse cached prompt blocks.")
+    enable_chunked_prefill: bool = Field(default=True, description="Split long prefills.")
+    enforce_eager: bool = Field(
+        default=False, description="Skip torch compile (faster start, slower steps)."
+    )
+    block_size_tokens: int | None = Field(
+        default=None, gt=0, description="KV block size; None lets the platform choose."
+    )
+    cpu_kv_cache_bytes: int = Field(
+        default=1 << 30, gt=0, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Fraction of GPU memory vLLM may use."
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per engine.")
+    extra_engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Further vLLM engine args, passed through verbatim."
+    )
+
+
+class PoolConfig(_Strict):
+    """One pool (prefill or decode): replicas, autoscaling, resources, engine."""
+
+    num_replicas: int = Field(default=1, ge=1, description="Replicas when autoscaling is off.")
+    autoscaling: AutoscalingConfig | None = Field(
+        default=None, description="Ray Serve autoscaling bounds; None = fixed num_replicas."
+    )
+    num_cpus: float = Field(
+        default=0.0, ge=0, description="Ray CPUs reserved per replica (0 on a laptop)."
+    )
+    num_gpus: float = Field(default=0.0, ge=0, description="Ray GPUs reserved per replica.")
+    cpu_cores: list[int] | None = Field(
+        default=None,
+        description=(
+            "CPU only: cores this pool's engines run on (OpenMP binding). None = all cores. "
+            "Keep prefill and decode apart on small machines."
+        ),
+    )
+    max_ongoing_requests: int = Field(
+        default=256, gt=0, description="Ray Serve cap on in-flight requests per replica."
+    )
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="vLLM settings.")
+
+
+class KVTransferConfig(_Strict):
+    """How KV moves from prefill to decode (vLLM NixlConnector over NIXL)."""
+
+    connector: Literal["NixlConnector"] = Field(
+        default="NixlConnector", description="vLLM KV connector."
+    )
+    buffer_device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="NIXL buffer device; auto = cuda on GPU, cpu otherwise."
+    )
+    side_channel_base_port: int = Field(
+        default=15600,
+        ge=1024,
+        le=65000,
+        description="First NIXL side-channel port; each replica takes the next free one.",
+    )
+    side_channel_host: str = Field(
+        default="127.0.0.1", description="Address other replicas reach this node's NIXL on."
+    )
+    backends: list[str] = Field(default_factory=lambda: ["UCX"], description="NIXL backends.")
+    num_threads: int = Field(default=1, ge=1, description="NIXL/UCX worker threads per engine.")
+    progress_thread: bool = Field(
+        default=False,
+        description=(
+            "CPU only: run NIXL's UCX progress thread (it busy-polls one core per engine). "
+            "Off by default on CPU, where the engine loop progresses transfers itself; GPU "
+            "nodes always keep NIXL's default."
+        ),
+    )
+    abort_request_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="Prefill frees KV that no decode pulled after this long.",
+    )
+    ucx_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="UCX_* environment for engines (e.g. UCX_TLS); empty = UCX defaults.",
+    )
+
+
+class RouterConfig(_Strict):
+    """The OpenAI-compatible HTTP router."""
+
+    host: str = Field(default="127.0.0.1", description="HTTP bind address.")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
+    max_request_bytes: int = Field(
+        default=8 << 20, gt=0, description="Largest accepted request body."
+    )
+    default_max_tokens: int = Field(
+        default=256, gt=0, description="max_tokens when the client sends none."
+    )
+    num_cpus: float = Field(default=0.0, ge=0, description="Ray CPUs reserved for the router.")
+
+
+class PdserveConfig(_Strict):
+    """A whole deployment."""
+
+    platform: Literal["cpu", "cuda"] = Field(default="cpu", description="Engine build in use.")
+    app_name: str = Field(default="pdserve", description="Ray Serve application name.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Served model.")
+    prefill: PoolConfig = Field(default_factory=PoolConfig, description="Prefill pool.")
+    decode: PoolConfig = Field(default_factory=PoolConfig, description="Decode pool.")
+    kv_transfer: KVTransferConfig = Field(
+        default_factory=KVTransferConfig, description="KV transfer."
+    )
+    router: RouterConfig = Field(default_factory=RouterConfig, description="HTTP router.")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Self:
+        if self.platform == "cpu" and self.kv_transfer.buffer_device == "cuda":
+            raise ValueError("kv_transfer.buffer_device 'cuda' needs platform 'cuda'")
+        for role, pool in (("prefill", self.prefill), ("decode", self.decode)):
+            if self.platform == "cuda" and pool.num_gpus < pool.engine.tensor_parallel_size:
+                raise ValueError(
+                    f"{role}.num_gpus ({pool.num_gpus}) must cover "
+                    f"tensor_parallel_size ({pool.engine.tensor_parallel_size}) on cuda"
+                )
+            eng = pool.engine
+            if not eng.enable_chunked_prefill and (
+                eng.max_num_batched_tokens < self.model.max_model_len_tokens
+            ):
+                raise ValueError(
+                    f"{role}.engine.max_num_batched_tokens ({eng.max_num_batched_tokens}) must "
+                    f"be >= model.max_model_len_tokens ({self.model.max_model_len_tokens}) "
+                    "when chunked prefill is off"
+                )
+        return self
+
+    @property
+    def kv_buffer_device(self) -> Literal["cpu", "cuda"]:
+        """The NIXL buffer device after resolving 'auto'."""
+        if self.kv_transfer.buffer_device == "auto":
+            return "cuda" if self.platform == "cuda" else "cpu"
+        return self.kv_transfer.buffer_device
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message says what to fix."""
+
+
+def parse_config(data: dict[str, Any], *, origin: str = "config") -> PdserveConfig:
+    """Validate a config mapping; raise ConfigError naming every bad field."""
+    try:
+        return PdserveConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{origin}: {problems}") from exc
+
+
+def load_config(path: pathlib.Path) -> PdserveConfig:
+    """Read and validate one YAML config file."""
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(raw).__name__}")
+    return parse_config(raw, origin=str(path))

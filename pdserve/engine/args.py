@@ -1,0 +1,37 @@
+"""vLLM engine arguments for one role, from the pdserve config (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdserve.config import PdserveConfig
+from pdserve.kv_transfer.connector_config import Role, kv_transfer_config
+
+
+def engine_args(config: PdserveConfig, role: Role, model_path: str) -> dict[str, Any]:
+    """Keyword arguments for `vllm.AsyncEngineArgs` for a prefill or decode engine."""
+    pool = config.prefill if role == "prefill" else config.decode
+    eng = pool.engine
+    args: dict[str, Any] = {
+        "model": model_path,
+        "served_model_name": config.model.served_model_name,
+        "max_model_len": config.model.max_model_len_tokens,
+        "dtype": config.model.dtype,
+        "seed": config.model.seed,
+        "max_num_seqs": eng.max_num_seqs,
+        "max_num_batched_tokens": eng.max_num_batched_tokens,
+        "enable_prefix_caching": eng.enable_prefix_caching,
+        "enable_chunked_prefill": eng.enable_chunked_prefill,
+        "enforce_eager": eng.enforce_eager,
+        "tensor_parallel_size": eng.tensor_parallel_size,
+        "kv_transfer_config": kv_transfer_config(config, role),
+        # pdserve collects engine stats through its own stat logger (pdserve.engine.stats);
+        # vLLM's default loggers would only add periodic log lines.
+        "disable_log_stats": True,
+    }
+    if eng.block_size_tokens is not None:
+        args["block_size"] = eng.block_size_tokens
+    if config.platform == "cuda":
+        args["gpu_memory_utilization"] = eng.gpu_memory_utilization
+    args.update(eng.extra_engine_args)
+    return args

@@ -1,0 +1,109 @@
+"""Engine counters, fed by vLLM's stat-logger hook (`AsyncLLM(stat_loggers=[...])`).
+
+vLLM calls `record()` from the engine's output loop after every step, in the replica process.
+`EngineCounters` is owned by the engine server and read by it on demand (`snapshot()`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A point-in-time view of one engine; counters are cumulative since engine start."""
+
+    num_running_requests: int
+    num_waiting_requests: int
+    kv_cache_usage: float
+    prompt_tokens_computed_total: int
+    """Prompt tokens this engine computed itself."""
+    prompt_tokens_local_cache_hit_total: int
+    """Prompt tokens taken from this engine's own prefix cache."""
+    prompt_tokens_kv_transfer_total: int
+    """Prompt tokens whose KV arrived over NIXL from another engine."""
+    num_kv_transfers_total: int
+    num_kv_transfer_failures_total: int
+    kv_transfer_bytes_total: int
+    kv_transfer_seconds_total: float
+
+
+class EngineCounters:
+    """Accumulates vLLM scheduler/iteration stats into `EngineStats`. Not thread-safe: vLLM
+    records from the replica's event loop, and `snapshot()` is read from the same loop."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._waiting = 0
+        self._kv_usage = 0.0
+        self._computed = 0
+        self._cache_hit = 0
+        self._transferred = 0
+        self._xfers = 0
+        self._xfer_failures = 0
+        self._xfer_bytes = 0
+        self._xfer_seconds = 0.0
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
+        """Fold one engine step's stats in (called by `PdserveStatLogger`)."""
+        if scheduler_stats is not None:
+            self._running = scheduler_stats.num_running_reqs
+            self._waiting = scheduler_stats.num_waiting_reqs
+            self._kv_usage = scheduler_stats.kv_cache_usage
+            connector = scheduler_stats.kv_connector_stats
+            if connector:
+                self._fold_connector(connector)
+        if iteration_stats is not None:
+            tokens = iteration_stats.prompt_token_stats
+            self._computed += tokens.computed
+            self._cache_hit += tokens.local_cache_hit
+            self._transferred += tokens.external_kv_transfer
+
+    def _fold_connector(self, data: dict[str, Any]) -> None:
+        durations = data.get("transfer_duration") or []
+        self._xfers += len(durations)
+        self._xfer_seconds += float(sum(durations))
+        self._xfer_bytes += int(sum(data.get("bytes_transferred") or []))
+        self._xfer_failures += sum(
+            len(data.get(key) or [])
+            for key in ("num_failed_transfers", "num_failed_handshakes", "num_failed_notifications")
+        )
+
+    def snapshot(self) -> EngineStats:
+        """The current counters."""
+        return EngineStats(
+            num_running_requests=self._running,
+            num_waiting_requests=self._waiting,
+            kv_cache_usage=self._kv_usage,
+            prompt_tokens_computed_total=self._computed,
+            prompt_tokens_local_cache_hit_total=self._cache_hit,
+            prompt_tokens_kv_transfer_total=self._transferred,
+            num_kv_transfers_total=self._xfers,
+            num_kv_transfer_failures_total=self._xfer_failures,
+            kv_transfer_bytes_total=self._xfer_bytes,
+            kv_transfer_seconds_total=self._xfer_seconds,
+        )
+
+
+def stat_logger_factory(counters: EngineCounters) -> Any:
+    """A vLLM StatLoggerFactory whose loggers feed `counters`."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class PdserveStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self._counters = counters
+
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            mm_cache_stats: Any = None,
+            engine_idx: int = 0,
+        ) -> None:
+            self._counters.record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return PdserveStatLogger

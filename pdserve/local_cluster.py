@@ -1,0 +1,229 @@
+"""Start and stop a local pdserve cluster: a Ray head on this machine plus the Serve app.
+
+Used by `pdserve up` / `pdserve down`. `up` records what it started in a state file so that
+`down` stops exactly that (and cleans the shared-memory buffers engines leave in /dev/shm).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pdserve.config import PdserveConfig
+
+STATE_DIR = pathlib.Path(os.environ.get("PDSERVE_STATE_DIR", "~/.cache/pdserve/run")).expanduser()
+RAY_PORT = 6390
+# Ray's object store is only used for small control messages here; keep it small.
+OBJECT_STORE_BYTES = 512 << 20
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class DeploymentProgress:
+    """One line of start-up progress per deployment."""
+
+    name: str
+    status: str
+    num_running: int
+    num_target: int
+    message: str
+
+
+def _ray_bin() -> str:
+    return str(pathlib.Path(sys.executable).with_name("ray"))
+
+
+def _state_file() -> pathlib.Path:
+    return STATE_DIR / "state.json"
+
+
+def _shm_snapshot() -> set[str]:
+    return set(glob.glob("/dev/shm/*"))
+
+
+def start_ray() -> bool:
+    """Start a Ray head for pdserve unless one is reachable; True if this call started it."""
+    if _ray_reachable():
+        return False
+    cmd = [
+        _ray_bin(),
+        "start",
+        "--head",
+        f"--port={RAY_PORT}",
+        f"--num-cpus={os.cpu_count() or 1}",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    ]
+    # Ray starts workers at nice 15 and engines inherit it; on a small machine the engines
+    # and the HTTP path are the work itself, so run them at normal priority.
+    env = {**os.environ, "RAY_worker_niceness": "0"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if proc.returncode != 0:
+        raise ClusterError(f"`ray start` failed:\n{proc.stderr.strip() or proc.stdout.strip()}")
+    return True
+
+
+def _ray_reachable() -> bool:
+    proc = subprocess.run(
+        [_ray_bin(), "status", f"--address=127.0.0.1:{RAY_PORT}"],
+        capture_output=True,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def deploy(
+    config: PdserveConfig,
+    on_progress: Callable[[list[DeploymentProgress]], None],
+    timeout_seconds: float = 900.0,
+) -> None:
+    """Deploy the Serve app and wait until every deployment is healthy.
+
+    Calls `on_progress` about once a second while engines start. Raises ClusterError when a
+    deployment fails or the timeout passes.
+    """
+    import ray
+    from ray import serve
+
+    from pdserve.deploy.app import build_from_config
+
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    ray.init(address=f"127.0.0.1:{RAY_PORT}", logging_level="ERROR", log_to_driver=False)
+    serve.start(
+        http_options={"host": config.router.host, "port": config.router.port},
+    )
+    app = build_from_config(config)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            serve.run(app, name=config.app_name, route_prefix="/", blocking=False)
+        except BaseException as exc:  # reported to the waiting thread below
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + timeout_seconds
+    while worker.is_alive():
+        on_progress(_progress(config.app_name))
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"deployments were not ready after {timeout_seconds:.0f} s; "
+                "see `ray logs` / /tmp/ray/session_latest/logs"
+            )
+        worker.join(timeout=1.0)
+    on_progress(_progress(config.app_name))
+    if failure:
+        raise ClusterError(f"deploying {config.app_name} failed: {failure[0]}")
+
+
+def _progress(app_name: str) -> list[DeploymentProgress]:
+    from ray import serve
+
+    try:
+        status = serve.status()
+    except Exception:  # the controller is still starting
+        return []
+    app = status.applications.get(app_name)
+    if app is None:
+        return []
+    rows = []
+    for name, dep in app.deployments.items():
+        counts = dep.replica_states or {}
+        rows.append(
+            DeploymentProgress(
+                name=name,
+                status=str(getattr(dep.status, "value", dep.status)),
+                num_running=int(counts.get("RUNNING", 0)),
+                num_target=int(sum(counts.values())),
+                message=(dep.message or "").strip().splitlines()[0] if dep.message else "",
+            )
+        )
+    return rows
+
+
+def write_state(started_ray: bool, shm_before: set[str], config: PdserveConfig) -> None:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    _state_file().write_text(
+        json.dumps(
+            {
+                "started_ray": started_ray,
+                "app_name": config.app_name,
+                "url": f"http://{config.router.host}:{config.router.port}",
+                "shm_before": sorted(shm_before),
+                "pid": os.getpid(),
+            }
+        )
+    )
+
+
+def down(log: Callable[[str], None]) -> None:
+    """Stop what `up` started: the Serve app, the Ray head (if pdserve started it), leftovers."""
+    state_path = _state_file()
+    state = json.loads(state_path.read_text()) if state_path.exists() else None
+    if state is None:
+        log("no pdserve cluster recorded as running; cleaning up leftovers only")
+    reachable = _ray_reachable()
+    if reachable:
+        with contextlib.suppress(Exception):
+            import ray
+            from ray import serve
+
+            ray.init(address=f"127.0.0.1:{RAY_PORT}", logging_level="ERROR", log_to_driver=False)
+            log("stopping Serve application and engines")
+            serve.shutdown()
+            ray.shutdown()
+    if reachable and (state is None or state.get("started_ray")):
+        log("stopping Ray")
+        subprocess.run([_ray_bin(), "stop", "--force"], capture_output=True, check=False)
+    _kill_orphan_engines(log)
+    removed = _clean_shm(set(state.get("shm_before", [])) if state else set())
+    if removed:
+        log(f"removed {removed} stale shared-memory buffers from /dev/shm")
+    with contextlib.suppress(FileNotFoundError):
+        state_path.unlink()
+
+
+def _kill_orphan_engines(log: Callable[[str], None]) -> None:
+    """vLLM engine processes whose Ray actor died without stopping them."""
+    proc = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True)
+    pids = [int(p) for p in proc.stdout.split()]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+    if pids:
+        log(f"stopped {len(pids)} leftover engine processes")
+
+
+def _clean_shm(keep: set[str]) -> int:
+    """Remove vLLM/Ray shared-memory leftovers that were not there before `up`."""
+    removed = 0
+    for path in _shm_snapshot() - keep:
+        name = os.path.basename(path)
+        if name.startswith(("psm_", "vllm", "ray", "plasma")) or "sem." in name:
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                removed += 1
+    return removed
+
+
+def shm_snapshot() -> set[str]:
+    """The current /dev/shm entries (taken before start-up, to know what to clean)."""
+    return _shm_snapshot()

@@ -1,0 +1,93 @@
+"""Typed messages between the router and the engine servers (sent over Ray Serve handles).
+
+Plain frozen dataclasses: cheap to pickle, no string-keyed dicts across the boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pdserve.kv_transfer.params import KVHandoff
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingOptions:
+    """OpenAI sampling parameters after validation, as the engine needs them."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_tokens: int = 0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    num_logprobs: int | None = None
+    """None: no logprobs; k >= 0: the sampled token's logprob plus the top k."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillRequest:
+    """Router → prefill server: compute the prompt's KV and hold it for a decode pull."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillResult:
+    """Prefill server → router: where the KV is, and what the prefill took from its cache."""
+
+    handoff: KVHandoff
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    """Prompt tokens the prefill engine found in its prefix cache instead of computing."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRequest:
+    """Router → decode server: generate, pulling the prompt's KV first when `handoff` is set.
+
+    `handoff` None means a local prefill on the decode engine.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingOptions
+    handoff: KVHandoff | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's logprob and its top alternatives."""
+
+    token: str
+    token_id: int
+    logprob: float
+    top: list[tuple[str, int, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeChunk:
+    """Decode server → router, streamed: new text since the previous chunk.
+
+    One chunk may carry several tokens (the engine merges deltas when the router lags), which
+    keeps per-token Ray round trips off the hot path. The last chunk has `finish_reason` set.
+    """
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    """Prompt tokens the serving prefill (remote or local) took from a prefix cache."""

@@ -1,0 +1,1 @@
+"""The prefill pool: Ray Serve replicas that compute prompt KV and hold it for decode."""

@@ -1,0 +1,145 @@
+"""The router's HTTP surface: OpenAI endpoints, health, readiness, metrics (FastAPI).
+
+`build_app(service, metrics, dispatcher)` returns the ASGI app; the Ray Serve `Router`
+deployment (router/deployment.py) builds it once per replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pdserve.router.dispatch import Dispatcher
+from pdserve.router.errors import OpenAIError, error_body, install_error_handlers
+from pdserve.router.metrics import RouterMetrics
+from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
+from pdserve.router.responses import Kind, ResponseBuilder
+from pdserve.router.service import CompletionService, PreparedRequest
+from sse_starlette import EventSourceResponse
+
+_DONE = "[DONE]"
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def build_app(
+    service: CompletionService, metrics: RouterMetrics, dispatcher: Dispatcher
+) -> FastAPI:
+    """The router's FastAPI app."""
+    app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
+    install_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        pools = await dispatcher.pools_ready(timeout_seconds=2.0)
+        ok = all(pools.values())
+        return JSONResponse({"ready": ok, "pools": pools}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": service.model_id, "object": "model", "created": 0, "owned_by": "pdserve"}
+            ],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        prepared = _guard(metrics, "chat", lambda: service.prepare_chat(body))
+        return await _serve(service, metrics, "chat", prepared, body.stream, _include_usage(body))
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        prepared = _guard(metrics, "completion", lambda: service.prepare_completion(body))
+        return await _serve(
+            service, metrics, "completion", prepared, body.stream, _include_usage(body)
+        )
+
+    return app
+
+
+def _include_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
+    return bool(body.stream and body.stream_options and body.stream_options.include_usage)
+
+
+def _guard(metrics: RouterMetrics, endpoint: str, prepare: Any) -> PreparedRequest:
+    try:
+        prepared: PreparedRequest = prepare()
+    except OpenAIError as exc:
+        metrics.requests.labels(endpoint, str(exc.status)).inc()
+        raise
+    return prepared
+
+
+async def _serve(
+    service: CompletionService,
+    metrics: RouterMetrics,
+    kind: Kind,
+    prepared: PreparedRequest,
+    stream: bool,
+    include_usage: bool,
+) -> Response:
+    created = int(time.time())
+    try:
+        generation = await service.generate(prepared)
+    except Exception:
+        metrics.requests.labels(kind, "500").inc()
+        raise
+    builder = ResponseBuilder(
+        kind=kind,
+        request_id=prepared.request_id,
+        model=service.model_id,
+        created=created,
+        num_prompt_tokens=generation.num_prompt_tokens,
+        num_cached_tokens=generation.num_cached_tokens,
+    )
+    if not stream:
+        try:
+            async for chunk in generation.chunks:
+                builder.add(chunk)
+        except Exception:
+            metrics.requests.labels(kind, "500").inc()
+            raise
+        metrics.requests.labels(kind, "200").inc()
+        return JSONResponse(builder.body())
+
+    async def events() -> AsyncIterator[str]:
+        status = "200"
+        try:
+            if kind == "chat":
+                yield _dumps(builder.first_chat_chunk())
+            async for chunk in generation.chunks:
+                builder.add(chunk)
+                yield _dumps(builder.stream_chunk(chunk))
+            if include_usage:
+                yield _dumps(builder.usage_chunk())
+            yield _DONE
+        except asyncio.CancelledError:
+            status = "499"  # the client went away; cancellation aborts both engines
+            raise
+        except OpenAIError as exc:
+            status = str(exc.status)
+            yield _dumps(error_body(exc.status, exc.message, exc.param, exc.code))
+        except Exception as exc:
+            status = "500"
+            yield _dumps(error_body(500, f"generation failed: {exc}"))
+        finally:
+            metrics.requests.labels(kind, status).inc()
+
+    return EventSourceResponse(events(), ping=3600, sep="\n")

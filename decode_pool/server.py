@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pdserve.prefill_pool.server import _replica_id
-
 from pdserve.config import PdserveConfig
 from pdserve.engine.server import EngineServer
 from pdserve.engine.stats import EngineStats
 from pdserve.messages import DecodeChunk, DecodeRequest
 from pdserve.model_source import resolve_model
+from pdserve.prefill_pool.server import _replica_id
 
 
 class DecodeServer:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdserve.decode_pool.server import DecodeServer
-from pdserve.prefill_pool.server import PrefillServer
-from pdserve.router.deployment import Router
 from ray import serve
 from ray.serve import Application
 
 from pdserve.config import PdserveConfig, PoolConfig, parse_config
+from pdserve.decode_pool.server import DecodeServer
+from pdserve.prefill_pool.server import PrefillServer
+from pdserve.router.deployment import Router
 
 
 def _pool_options(pool: PoolConfig) -> dict[str, Any]:

@@ -28,16 +28,21 @@ def kv_transfer_config(config: PdserveConfig, role: Role) -> dict[str, Any]:
     }
 
 
-def engine_environment(config: PdserveConfig, role: Role, side_channel_port: int) -> dict[str, str]:
+def engine_environment(
+    config: PdserveConfig, role: Role, side_channel_port: int, node_ip: str = "127.0.0.1"
+) -> dict[str, str]:
     """Environment variables one replica sets before starting its engine.
 
-    `side_channel_port` must be unique per replica on a node (see `ports.pick_free_port`).
+    `side_channel_port` must be unique per replica on a node (see `ports.pick_free_port`);
+    `node_ip` is this node's address, used when side_channel_host is 'auto' on cuda.
     """
     kv = config.kv_transfer
     pool = config.prefill if role == "prefill" else config.decode
     env = {
+        # Marks the engine's processes so `pdserve down` can find any that outlive their actor.
+        "PDSERVE_ENGINE_ROLE": role,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel_port),
-        "VLLM_NIXL_SIDE_CHANNEL_HOST": kv.side_channel_host,
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": side_channel_host(config, node_ip),
         "VLLM_NIXL_ABORT_REQUEST_TIMEOUT": str(int(kv.abort_request_timeout_seconds)),
         # Engine-side usage stats phone home; a serving cluster must never do that.
         "VLLM_NO_USAGE_STATS": "1",
@@ -53,3 +58,11 @@ def engine_environment(config: PdserveConfig, role: Role, side_channel_port: int
             env["VLLM_CPU_OMP_THREADS_BIND"] = cores
             env["PDSERVE_NIXL_KV_CORES"] = cores
     return env
+
+
+def side_channel_host(config: PdserveConfig, node_ip: str) -> str:
+    """The NIXL side-channel address this replica advertises to decode replicas."""
+    host = config.kv_transfer.side_channel_host
+    if host != "auto":
+        return host
+    return "127.0.0.1" if config.platform == "cpu" else node_ip

@@ -134,7 +134,11 @@ class KVTransferConfig(_Strict):
         description="First NIXL side-channel port; each replica takes the next free one.",
     )
     side_channel_host: str = Field(
-        default="127.0.0.1", description="Address other replicas reach this node's NIXL on."
+        default="auto",
+        description=(
+            "Address other replicas reach this replica's NIXL side channel on; 'auto' = "
+            "127.0.0.1 on cpu (one machine), the Ray node IP on cuda (many nodes)."
+        ),
     )
     backends: list[str] = Field(default_factory=lambda: ["UCX"], description="NIXL backends.")
     num_threads: int = Field(default=1, ge=1, description="NIXL/UCX worker threads per engine.")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pdserve.config import PdserveConfig
 
 STATE_DIR = pathlib.Path(os.environ.get("PDSERVE_STATE_DIR", "~/.cache/pdserve/run")).expanduser()
-RAY_PORT = 6390
+RAY_PORT = int(os.environ.get("PDSERVE_RAY_PORT", "6390"))
 # Ray's object store is only used for small control messages here; keep it small.
 OBJECT_STORE_BYTES = 512 << 20
 
@@ -198,12 +198,26 @@ def down(log: Callable[[str], None]) -> None:
         state_path.unlink()
 
 
+def _engine_pids() -> list[int]:
+    """Processes started by a pdserve engine server (marked by PDSERVE_ENGINE_ROLE)."""
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"PDSERVE_ENGINE_ROLE=" in environ:
+            pids.append(int(entry.name))
+    return pids
+
+
 def _kill_orphan_engines(log: Callable[[str], None]) -> None:
-    """vLLM engine processes whose Ray actor died without stopping them."""
-    proc = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True)
-    pids = [int(p) for p in proc.stdout.split()]
+    """Engine processes whose Ray actor died without stopping them."""
+    pids = _engine_pids()
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, 9)
     if pids:
         log(f"stopped {len(pids)} leftover engine processes")

@@ -14,13 +14,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
+
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError, error_body, install_error_handlers
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.responses import Kind, ResponseBuilder
 from pdserve.router.service import CompletionService, PreparedRequest
-from sse_starlette import EventSourceResponse
 
 _DONE = "[DONE]"
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import prometheus_client
 from fastapi import FastAPI
+
+from pdserve.config import PdserveConfig
+from pdserve.model_source import resolve_model
 from pdserve.router.app import build_app
 from pdserve.router.dispatch import RayServeDispatcher
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.service import CompletionService
-
-from pdserve.config import PdserveConfig
-from pdserve.model_source import resolve_model
 
 
 class Router:

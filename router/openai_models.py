@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Body(BaseModel):
@@ -133,19 +133,22 @@ class CompletionRequest(_Sampling):
     echo: bool = False
     suffix: str | None = None
 
-    @model_validator(mode="after")
-    def _prompt_present(self) -> CompletionRequest:
-        if isinstance(self.prompt, list):
-            if len(self.prompt) == 0:
+    @field_validator("prompt")
+    @classmethod
+    def _one_nonempty_prompt(
+        cls, prompt: str | list[int] | list[str] | list[list[int]]
+    ) -> str | list[int] | list[str] | list[list[int]]:
+        if isinstance(prompt, list):
+            if len(prompt) == 0:
                 raise ValueError("prompt must not be empty")
-            if isinstance(self.prompt[0], (str, list)) and len(self.prompt) > 1:
+            if isinstance(prompt[0], (str, list)) and len(prompt) > 1:
                 raise ValueError(
                     "batched prompts (a list of several prompts) are not supported; "
                     "send one request per prompt"
                 )
-        elif self.prompt == "":
+        elif prompt == "":
             raise ValueError("prompt must not be empty")
-        return self
+        return prompt
 
     def unsupported_reason(self) -> tuple[str, str] | None:
         if found := self.common_unsupported():

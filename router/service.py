@@ -10,14 +10,13 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from pdserve.config import PdserveConfig
+from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, SamplingOptions
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.prompts import PromptRenderer
-
-from pdserve.config import PdserveConfig
-from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, SamplingOptions
 
 
 @dataclass(frozen=True, slots=True)

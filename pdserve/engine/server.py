@@ -47,8 +47,17 @@ def _prepare_process(config: PdserveConfig, role: Role, replica_id: str) -> int:
     # Spread replicas over the port range so concurrent starts rarely race for one port.
     offset = (zlib.crc32(replica_id.encode()) % 500) * 4
     port = pick_free_port(config.kv_transfer.side_channel_base_port + offset)
-    os.environ.update(engine_environment(config, role, port))
+    os.environ.update(engine_environment(config, role, port, _node_ip()))
     return port
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+    except Exception:  # not inside Ray (e.g. a unit test): one machine
+        return "127.0.0.1"
 
 
 def _sampling_params(options: SamplingOptions) -> Any:

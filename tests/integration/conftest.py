@@ -1,0 +1,174 @@
+"""The real local cluster (Ray Serve + vLLM CPU + NIXL), started once per test session.
+
+`cluster` runs `pdserve up --detach` with deploy/local.yaml on test ports and `pdserve down`
+at the end. `reference` is one aggregated vLLM OpenAI server of the same model and engine
+settings (no disaggregation), the oracle for token-identical output; it starts alongside the
+cluster to save wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from pdserve.config import PdserveConfig, load_config
+from pdserve.model_source import resolve_model
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROUTER_PORT = 18000
+REFERENCE_PORT = 18100
+RAY_PORT = 6391
+START_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Cluster:
+    url: str
+    config: PdserveConfig
+    model_path: str
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0)
+
+    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """One sample's value from the router's /metrics (0 when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in (labels or {}).items()
+                ):
+                    return float(sample.value)
+        return 0.0
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(1)
+    raise TimeoutError(f"{url} not ready after {timeout_s} s")
+
+
+def _start_reference(
+    model_path: str, cfg: PdserveConfig, log: pathlib.Path
+) -> subprocess.Popen[bytes]:
+    eng = cfg.decode.engine
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_path,
+        "--served-model-name",
+        cfg.model.served_model_name,
+        "--dtype",
+        cfg.model.dtype,
+        "--max-model-len",
+        str(cfg.model.max_model_len_tokens),
+        "--max-num-batched-tokens",
+        str(eng.max_num_batched_tokens),
+        "--seed",
+        str(cfg.model.seed),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(REFERENCE_PORT),
+        "--enforce-eager",
+        "--disable-log-stats",
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+
+
+@pytest.fixture(scope="session")
+def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("cluster")
+    raw = yaml.safe_load((ROOT / "deploy" / "local.yaml").read_text())
+    raw["router"]["port"] = ROUTER_PORT
+    cfg_path = tmp / "test.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(cfg_path)
+    model_path = resolve_model(cfg.model)
+    env = {
+        **os.environ,
+        "PDSERVE_STATE_DIR": str(tmp / "state"),
+        "PDSERVE_RAY_PORT": str(RAY_PORT),
+    }
+    reference = _start_reference(model_path, cfg, tmp / "reference.log")
+    pdserve = str(pathlib.Path(sys.executable).with_name("pdserve"))
+    up = subprocess.run(
+        [pdserve, "up", "--detach", "--config", str(cfg_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+    )
+    try:
+        if up.returncode != 0:
+            raise RuntimeError(f"pdserve up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        os.environ["PDSERVE_RAY_PORT"] = str(RAY_PORT)
+        yield {
+            "cluster": Cluster(f"http://127.0.0.1:{ROUTER_PORT}", cfg, model_path),
+            "reference": reference,
+            "reference_log": tmp / "reference.log",
+        }
+    finally:
+        reference.terminate()
+        with contextlib.suppress(Exception):
+            import ray
+
+            ray.shutdown()
+        subprocess.run([pdserve, "down"], env=env, capture_output=True, timeout=120)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            reference.wait(timeout=30)
+        reference.kill()
+
+
+@pytest.fixture(scope="session")
+def cluster(_session_servers: dict[str, Any]) -> Cluster:
+    c: Cluster = _session_servers["cluster"]
+    return c
+
+
+@pytest.fixture(scope="session")
+def reference(_session_servers: dict[str, Any]) -> openai.OpenAI:
+    url = f"http://127.0.0.1:{REFERENCE_PORT}"
+    try:
+        _wait_http(f"{url}/health", _session_servers["reference"], START_TIMEOUT_S)
+    except Exception as exc:
+        log = _session_servers["reference_log"].read_text()[-3000:]
+        raise RuntimeError(f"reference vLLM server did not start: {exc}\n{log}") from exc
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def engine_handles(cluster: Cluster) -> dict[str, Any]:
+    """Ray Serve handles to the prefill and decode deployments (for their engine stats)."""
+    import ray
+    from ray import serve
+
+    ray.init(address=f"127.0.0.1:{RAY_PORT}", logging_level="ERROR", log_to_driver=False)
+    app = cluster.config.app_name
+    return {
+        "prefill": serve.get_deployment_handle("PrefillServer", app_name=app),
+        "decode": serve.get_deployment_handle("DecodeServer", app_name=app),
+    }

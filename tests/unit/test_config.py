@@ -1,0 +1,80 @@
+"""The deployment config: defaults, validation errors that name the field, cross-field rules."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from pdserve.config import ConfigError, PdserveConfig, load_config, parse_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "deploy").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_validate(path: pathlib.Path) -> None:
+    cfg = load_config(path)
+    assert cfg.model.served_model_name
+
+
+def test_local_config_keeps_engines_on_separate_cores() -> None:
+    cfg = load_config(ROOT / "deploy" / "local.yaml")
+    assert cfg.platform == "cpu"
+    assert cfg.prefill.cpu_cores and cfg.decode.cpu_cores
+    assert not set(cfg.prefill.cpu_cores) & set(cfg.decode.cpu_cores)
+    assert cfg.kv_buffer_device == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"prefil": {}}, "prefil: Extra inputs are not permitted"),
+        ({"prefill": {"num_replicas": 0}}, "prefill.num_replicas"),
+        ({"prefill": {"num_replicas": "two"}}, "prefill.num_replicas"),
+        (
+            {"decode": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}},
+            "min_replicas (3) must be <= max_replicas (2)",
+        ),
+        ({"kv_transfer": {"buffer_device": "cuda"}}, "needs platform 'cuda'"),
+        ({"platform": "tpu"}, "platform"),
+        (
+            {"platform": "cuda", "prefill": {"num_gpus": 0}},
+            "prefill.num_gpus (0.0) must cover tensor_parallel_size",
+        ),
+        (
+            {
+                "decode": {
+                    "engine": {"enable_chunked_prefill": False, "max_num_batched_tokens": 512}
+                }
+            },
+            "must be >= model.max_model_len_tokens",
+        ),
+        ({"router": {"port": 70000}}, "router.port"),
+    ],
+)
+def test_bad_config_names_the_problem(data: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, origin="test.yaml")
+    assert fragment in str(err.value)
+    assert str(err.value).startswith("test.yaml:")
+
+
+def test_buffer_device_auto_follows_platform() -> None:
+    gpu = PdserveConfig.model_validate(
+        {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
+    )
+    assert gpu.kv_buffer_device == "cuda"
+    assert PdserveConfig().kv_buffer_device == "cpu"
+
+
+def test_unreadable_and_non_mapping_files(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(bad)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)

@@ -1,0 +1,84 @@
+"""The typed KV handoff and the per-role connector config (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdserve.config import PdserveConfig
+from pdserve.engine.args import engine_args
+from pdserve.kv_transfer.connector_config import engine_environment, kv_transfer_config
+from pdserve.kv_transfer.params import HandoffError, KVHandoff
+
+VLLM_PARAMS = {
+    "do_remote_prefill": True,
+    "do_remote_decode": False,
+    "remote_block_ids": [[3, 4, 5]],
+    "remote_engine_id": "eng-1",
+    "remote_request_id": "req-p",
+    "remote_host": "10.0.0.7",
+    "remote_port": 15600,
+    "tp_size": 1,
+    "remote_num_tokens": 300,
+    "remote_prefill_cached_tokens": 128,
+    "transfer_mode": "pull",
+}
+
+
+def test_handoff_round_trips_vllm_params() -> None:
+    handoff = KVHandoff.from_vllm(VLLM_PARAMS)
+    assert handoff.num_blocks == 3
+    assert handoff.remote_prefill_cached_tokens == 128
+    back = handoff.to_decode_params()
+    assert back == VLLM_PARAMS  # unknown keys (tp_size, transfer_mode) pass through
+
+
+def test_handoff_accepts_flat_block_list() -> None:
+    handoff = KVHandoff.from_vllm({**VLLM_PARAMS, "remote_block_ids": [1, 2]})
+    assert handoff.remote_block_ids == [[1, 2]]
+
+
+@pytest.mark.parametrize("params", [None, {}, {"remote_block_ids": [1]}])
+def test_missing_params_is_a_clear_error(params: dict[str, object] | None) -> None:
+    with pytest.raises(HandoffError, match="kv_transfer_params"):
+        KVHandoff.from_vllm(params)
+
+
+@pytest.mark.parametrize(
+    ("platform", "role", "kv_role", "device"),
+    [
+        ("cpu", "prefill", "kv_producer", "cpu"),
+        ("cpu", "decode", "kv_consumer", "cpu"),
+        ("cuda", "prefill", "kv_producer", "cuda"),
+        ("cuda", "decode", "kv_consumer", "cuda"),
+    ],
+)
+def test_connector_config_per_role_and_platform(
+    platform: str, role: str, kv_role: str, device: str
+) -> None:
+    cfg = PdserveConfig.model_validate(
+        {"platform": platform, "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
+    )
+    kv = kv_transfer_config(cfg, role)  # type: ignore[arg-type]
+    assert kv["kv_connector"] == "NixlConnector"
+    assert kv["kv_role"] == kv_role
+    assert kv["kv_buffer_device"] == device
+    assert kv["kv_load_failure_policy"] == "fail"
+    args = engine_args(cfg, role, "/models/x")  # type: ignore[arg-type]
+    assert args["enable_prefix_caching"] is True
+    assert args["kv_transfer_config"] == kv
+
+
+def test_engine_environment_sets_port_cores_and_marker() -> None:
+    cfg = PdserveConfig.model_validate(
+        {"prefill": {"cpu_cores": [0]}, "decode": {"cpu_cores": [1]}}
+    )
+    env = engine_environment(cfg, "decode", 15612)
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "15612"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert env["PDSERVE_NIXL_KV_CORES"] == "1"
+    assert env["PDSERVE_NIXL_PROGRESS_THREAD"] == "0"
+    assert env["PDSERVE_ENGINE_ROLE"] == "decode"
+    gpu = PdserveConfig.model_validate(
+        {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
+    )
+    assert "PDSERVE_NIXL_PROGRESS_THREAD" not in engine_environment(gpu, "prefill", 1)

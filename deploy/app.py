@@ -11,6 +11,7 @@ from typing import Any
 
 from ray import serve
 from ray.serve import Application
+from ray.serve.config import RequestRouterConfig
 
 from pdserve.config import PdserveConfig, PoolConfig, parse_config
 from pdserve.decode_pool.server import DecodeServer
@@ -18,8 +19,15 @@ from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
 
 
-def _pool_options(pool: PoolConfig) -> dict[str, Any]:
+def _pool_options(pool: PoolConfig, role: str, stats_period_s: float) -> dict[str, Any]:
     opts: dict[str, Any] = {
+        # pdserve's request router places each request on the replica the policy chose.
+        "request_router_config": RequestRouterConfig(
+            request_router_class="pdserve.router.replica_router.PdserveRequestRouter",
+            request_router_kwargs={"pool": role},
+            request_routing_stats_period_s=stats_period_s,
+            request_routing_stats_timeout_s=max(2.0, 4 * stats_period_s),
+        ),
         "ray_actor_options": {"num_cpus": pool.num_cpus, "num_gpus": pool.num_gpus},
         "max_ongoing_requests": pool.max_ongoing_requests,
         # Engines take 30-60 s to start on CPU, minutes for big models on GPU.
@@ -44,11 +52,12 @@ def _pool_options(pool: PoolConfig) -> dict[str, Any]:
 def build_from_config(config: PdserveConfig) -> Application:
     """The bound application for a validated config."""
     raw = config.model_dump(mode="json")
+    period = config.router.routing_stats_period_seconds
     prefill = serve.deployment(PrefillServer, name="PrefillServer").options(
-        **_pool_options(config.prefill)
+        **_pool_options(config.prefill, "prefill", period)
     )
     decode = serve.deployment(DecodeServer, name="DecodeServer").options(
-        **_pool_options(config.decode)
+        **_pool_options(config.decode, "decode", period)
     )
     router = serve.deployment(serve.ingress()(Router), name="Router").options(
         ray_actor_options={"num_cpus": config.router.num_cpus},

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from pdserve.bench.cli import bench
 from pdserve.config import ConfigError, PdserveConfig, load_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -133,6 +134,17 @@ def serve_config(config: ConfigOpt = None) -> None:
     console = Console()
     cfg = _load(config, console)
     typer.echo(yaml.safe_dump(serve_config_for(cfg), sort_keys=False))
+
+
+app.command("bench")(bench)  # pdserve.bench: load generator / benchmark
+
+
+@app.command("config-schema")
+def config_schema() -> None:
+    """Print the JSON schema of the pdserve config (every field with its description)."""
+    import json
+
+    typer.echo(json.dumps(PdserveConfig.model_json_schema(), indent=2))
 
 
 def main() -> None:

@@ -13,6 +13,9 @@ from typing import Any, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pdserve.router.policy.config import PolicyConfig
+from pdserve.router.policy.types import PolicyName
+
 DEMO_MODEL_ID = "pdserve-demo"
 
 
@@ -89,6 +92,26 @@ class EngineConfig(_Strict):
         default=0.9, gt=0, le=1, description="Fraction of GPU memory vLLM may use."
     )
     tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per engine.")
+    scheduling_policy: Literal["fcfs", "priority"] = Field(
+        default="priority",
+        description="Engine queue order; 'priority' lets the router put short prefills first.",
+    )
+    prefill_chunk_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Chunked prefill: most prompt tokens one request may prefill per engine step, so "
+            "short prompts interleave with long ones (vLLM long_prefill_token_threshold). "
+            "None = the whole step budget."
+        ),
+    )
+    kv_events: bool = Field(
+        default=True,
+        description=(
+            "Publish KV cache events (block stored/removed) over ZMQ so the router knows "
+            "which prefix blocks each replica holds; off = approximate routing history."
+        ),
+    )
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine args, passed through verbatim."
     )
@@ -126,6 +149,12 @@ class KVTransferConfig(_Strict):
     )
     buffer_device: Literal["auto", "cpu", "cuda"] = Field(
         default="auto", description="NIXL buffer device; auto = cuda on GPU, cpu otherwise."
+    )
+    kv_events_base_port: int = Field(
+        default=16600,
+        ge=1024,
+        le=65000,
+        description="First port of the engines' KV-event publishers (one per replica).",
     )
     side_channel_base_port: int = Field(
         default=15600,
@@ -173,6 +202,38 @@ class RouterConfig(_Strict):
         default=256, gt=0, description="max_tokens when the client sends none."
     )
     num_cpus: float = Field(default=0.0, ge=0, description="Ray CPUs reserved for the router.")
+    policy: PolicyName = Field(
+        default="pdserve",
+        description=(
+            "Routing policy: 'pdserve' (prefill-cost- and cache-aware), or the baselines "
+            "'round_robin' and 'least_loaded'."
+        ),
+    )
+    allow_policy_override: bool = Field(
+        default=False,
+        description=(
+            "Honour a per-request x-pdserve-policy header (local and benchmark configs only)."
+        ),
+    )
+    routing: PolicyConfig = Field(
+        default_factory=PolicyConfig,
+        description="Scorer weights, local-prefill threshold, priorities and cost model.",
+    )
+    prefix_index: Literal["auto", "events", "approximate"] = Field(
+        default="auto",
+        description=(
+            "How the router learns which prefix blocks each replica holds: 'events' (vLLM KV "
+            "cache events), 'approximate' (routing history), 'auto' = events when the engines "
+            "publish them."
+        ),
+    )
+    routing_stats_period_seconds: float = Field(
+        default=0.5, gt=0, description="How often Ray Serve polls each replica's load."
+    )
+
+    def policy_config(self) -> PolicyConfig:
+        """The routing policy config with `policy` applied."""
+        return self.routing.model_copy(update={"policy": self.policy})
 
 
 class PdserveConfig(_Strict):

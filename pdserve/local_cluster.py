@@ -223,10 +223,31 @@ def _kill_orphan_engines(log: Callable[[str], None]) -> None:
         log(f"stopped {len(pids)} leftover engine processes")
 
 
+def _shm_in_use() -> set[str]:
+    """/dev/shm paths some live process still maps or holds open."""
+    used: set[str] = set()
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for line in (entry / "maps").read_text().splitlines():
+                if "/dev/shm/" in line:
+                    used.add(line[line.index("/dev/shm/") :].split(" (deleted)")[0])
+        with contextlib.suppress(OSError):
+            for fd in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("/dev/shm/"):
+                        used.add(target)
+    return used
+
+
 def _clean_shm(keep: set[str]) -> int:
-    """Remove vLLM/Ray shared-memory leftovers that were not there before `up`."""
+    """Remove vLLM/Ray shared-memory leftovers: new since `up`, named like theirs, and used
+    by no live process (another program's live buffers are never touched)."""
     removed = 0
-    for path in _shm_snapshot() - keep:
+    in_use = _shm_in_use()
+    for path in _shm_snapshot() - keep - in_use:
         name = os.path.basename(path)
         if name.startswith(("psm_", "vllm", "ray", "plasma")) or "sem." in name:
             with contextlib.suppress(OSError):

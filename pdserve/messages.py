@@ -39,6 +39,8 @@ class PrefillRequest:
     request_id: str
     prompt_token_ids: list[int]
     priority: int = 0
+    target_replica_id: str | None = None
+    """The prefill replica the router's policy chose (None: Ray Serve places by load)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,8 @@ class DecodeRequest:
     sampling: SamplingOptions
     handoff: KVHandoff | None = None
     priority: int = 0
+    target_replica_id: str | None = None
+    """The decode replica the router's policy chose (None: Ray Serve places by load)."""
 
 
 @dataclass(frozen=True, slots=True)

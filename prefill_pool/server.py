@@ -41,6 +41,11 @@ class PrefillServer:
     async def stats(self) -> EngineStats:
         return self._engine.stats()
 
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Ray Serve calls this every request_routing_stats_period_s; the router's request
+        router reads the result as this replica's routing stats."""
+        return self._engine.routing_stats()
+
     def __del__(self) -> None:
         # Ray Serve calls __del__ when it stops the replica: stop the engine process with it.
         engine = getattr(self, "_engine", None)

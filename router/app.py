@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -20,10 +20,14 @@ from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError, error_body, install_error_handlers
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
+from pdserve.router.policy.types import PolicyName
 from pdserve.router.responses import Kind, ResponseBuilder
-from pdserve.router.service import CompletionService, PreparedRequest
+from pdserve.router.service import CompletionService, Generation, PreparedRequest
 
 _DONE = "[DONE]"
+POLICY_HEADER = "x-pdserve-policy"
+DECISION_HEADER = "x-pdserve-decision"
+T = TypeVar("T")
 
 
 def _dumps(obj: Any) -> str:
@@ -31,9 +35,13 @@ def _dumps(obj: Any) -> str:
 
 
 def build_app(
-    service: CompletionService, metrics: RouterMetrics, dispatcher: Dispatcher
+    service: CompletionService,
+    metrics: RouterMetrics,
+    dispatcher: Dispatcher,
+    allow_policy_override: bool = False,
 ) -> FastAPI:
-    """The router's FastAPI app."""
+    """The router's FastAPI app. `allow_policy_override` enables the x-pdserve-policy header
+    (local and benchmark deployments)."""
     app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
     install_error_handlers(app)
 
@@ -51,6 +59,10 @@ def build_app(
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    @app.get("/v1/pdserve/replicas")
+    async def replicas() -> dict[str, Any]:
+        return service.replicas()
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {
@@ -60,16 +72,39 @@ def build_app(
             ],
         }
 
+    def policy_of(request: Request) -> PolicyName | None:
+        name = request.headers.get(POLICY_HEADER)
+        if name is None:
+            return None
+        if not allow_policy_override:
+            raise OpenAIError(
+                400,
+                f"the {POLICY_HEADER} header is disabled on this deployment "
+                "(router.allow_policy_override: false)",
+                param=POLICY_HEADER,
+            )
+        if name not in get_args(PolicyName):
+            raise OpenAIError(
+                400,
+                f"unknown routing policy {name!r}; use one of {', '.join(get_args(PolicyName))}",
+                param=POLICY_HEADER,
+            )
+        return name  # type: ignore[return-value]
+
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         prepared = _guard(metrics, "chat", lambda: service.prepare_chat(body))
-        return await _serve(service, metrics, "chat", prepared, body.stream, _include_usage(body))
+        policy = _guard(metrics, "chat", lambda: policy_of(request))
+        return await _serve(
+            service, metrics, "chat", prepared, policy, body.stream, _include_usage(body)
+        )
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         prepared = _guard(metrics, "completion", lambda: service.prepare_completion(body))
+        policy = _guard(metrics, "completion", lambda: policy_of(request))
         return await _serve(
-            service, metrics, "completion", prepared, body.stream, _include_usage(body)
+            service, metrics, "completion", prepared, policy, body.stream, _include_usage(body)
         )
 
     return app
@@ -79,13 +114,29 @@ def _include_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
     return bool(body.stream and body.stream_options and body.stream_options.include_usage)
 
 
-def _guard(metrics: RouterMetrics, endpoint: str, prepare: Any) -> PreparedRequest:
+def _guard(metrics: RouterMetrics, endpoint: str, step: Callable[[], T]) -> T:
+    """Run a validation step, counting its rejection."""
     try:
-        prepared: PreparedRequest = prepare()
+        return step()
     except OpenAIError as exc:
-        metrics.requests.labels(endpoint, str(exc.status)).inc()
+        metrics.requests.labels(endpoint, "none", str(exc.status)).inc()
         raise
-    return prepared
+
+
+def _decision_header(generation: Generation) -> dict[str, str]:
+    d = generation.decision
+    if d is None:
+        return {}
+    info = {
+        "policy": d.policy,
+        "prefill": d.prefill_replica_id,
+        "decode": d.decode_replica_id,
+        "priority": d.engine_priority,
+        "est_prefill_s": round(d.est_prefill_s, 4),
+        "cached_tokens": d.num_cached_tokens,
+        "reason": d.reason,
+    }
+    return {DECISION_HEADER: _dumps(info)}
 
 
 async def _serve(
@@ -93,15 +144,21 @@ async def _serve(
     metrics: RouterMetrics,
     kind: Kind,
     prepared: PreparedRequest,
+    policy: PolicyName | None,
     stream: bool,
     include_usage: bool,
 ) -> Response:
     created = int(time.time())
     try:
-        generation = await service.generate(prepared)
-    except Exception:
-        metrics.requests.labels(kind, "500").inc()
+        generation = await service.generate(prepared, policy)
+    except OpenAIError as exc:
+        metrics.requests.labels(kind, "none", str(exc.status)).inc()
         raise
+    except Exception:
+        metrics.requests.labels(kind, "none", "500").inc()
+        raise
+    decision = generation.decision_label
+    headers = _decision_header(generation)
     builder = ResponseBuilder(
         kind=kind,
         request_id=prepared.request_id,
@@ -115,10 +172,10 @@ async def _serve(
             async for chunk in generation.chunks:
                 builder.add(chunk)
         except Exception:
-            metrics.requests.labels(kind, "500").inc()
+            metrics.requests.labels(kind, decision, "500").inc()
             raise
-        metrics.requests.labels(kind, "200").inc()
-        return JSONResponse(builder.body())
+        metrics.requests.labels(kind, decision, "200").inc()
+        return JSONResponse(builder.body(), headers=headers)
 
     async def events() -> AsyncIterator[str]:
         status = "200"
@@ -141,6 +198,6 @@ async def _serve(
             status = "500"
             yield _dumps(error_body(500, f"generation failed: {exc}"))
         finally:
-            metrics.requests.labels(kind, status).inc()
+            metrics.requests.labels(kind, decision, status).inc()
 
-    return EventSourceResponse(events(), ping=3600, sep="\n")
+    return EventSourceResponse(events(), ping=3600, sep="\n", headers=headers)

@@ -12,12 +12,15 @@ from pdserve.model_source import resolve_model
 from pdserve.router.app import build_app
 from pdserve.router.dispatch import RayServeDispatcher
 from pdserve.router.metrics import RouterMetrics
+from pdserve.router.placement import Placer
+from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.prompts import PromptRenderer
+from pdserve.router.replica_view import ReplicaSource, ReplicaView
 from pdserve.router.service import CompletionService
 
 
 class Router:
-    """Ingress replica: owns the tokenizer, metrics and the dispatcher to both pools."""
+    """Ingress replica: owns the tokenizer, metrics, the replica view and the dispatcher."""
 
     def __init__(self, config: dict[str, Any], prefill: Any, decode: Any):
         # This process serves only the router: drop the *_created series from /metrics.
@@ -25,8 +28,26 @@ class Router:
         self._config = PdserveConfig.model_validate(config)
         self._metrics = RouterMetrics()
         self._dispatcher = RayServeDispatcher(prefill, decode)
+        uses_events = self._config.prefill.engine.kv_events and self._config.decode.engine.kv_events
+        mode = self._config.router.prefix_index
+        if mode == "auto":
+            mode = "events" if uses_events else "approximate"
+        self._view = ReplicaView(PrefixIndex(mode=mode))
+        placer = Placer(self._config.router.policy_config(), self._view)
         renderer = PromptRenderer(resolve_model(self._config.model))
-        self._service = CompletionService(self._config, renderer, self._dispatcher, self._metrics)
+        self._service = CompletionService(
+            self._config, renderer, self._dispatcher, self._metrics, placer
+        )
+
+    def attach_request_router(self, pool: str, source: ReplicaSource) -> None:
+        """Called by PdserveRequestRouter when Ray Serve creates it in this process."""
+        if pool in ("prefill", "decode"):
+            self._view.attach(pool, source)  # type: ignore[arg-type]
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_app(self._service, self._metrics, self._dispatcher)
+        return build_app(
+            self._service,
+            self._metrics,
+            self._dispatcher,
+            allow_policy_override=self._config.router.allow_policy_override,
+        )

@@ -12,8 +12,9 @@ class RouterMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "pdserve_requests",
-            "Requests answered by the router, by endpoint and outcome.",
-            ["endpoint", "status"],
+            "Requests answered by the router, by endpoint, routing decision (remote_prefill, "
+            "local_prefill, or none when rejected before placement) and HTTP status.",
+            ["endpoint", "decision", "status"],
             registry=self.registry,
         )
         self.kv_transfers = Counter(

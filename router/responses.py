@@ -61,7 +61,8 @@ class ResponseBuilder:
     model: str
     created: int
     num_prompt_tokens: int
-    num_cached_tokens: int
+    num_cached_tokens: int | None
+    """None until known: a local prefill reports it with the first decode chunk."""
     num_completion_tokens: int = 0
     text_parts: list[str] = field(default_factory=list)
     logprob_items: list[TokenLogprob] = field(default_factory=list)
@@ -74,6 +75,8 @@ class ResponseBuilder:
 
     def add(self, chunk: DecodeChunk) -> None:
         """Fold a decode chunk into the totals (both streaming and not)."""
+        if self.num_cached_tokens is None:
+            self.num_cached_tokens = chunk.num_cached_tokens
         self.num_completion_tokens += len(chunk.token_ids)
         self.text_parts.append(chunk.text)
         if chunk.logprobs:
@@ -82,7 +85,9 @@ class ResponseBuilder:
             self.finish_reason = chunk.finish_reason
 
     def usage(self) -> dict[str, Any]:
-        return usage(self.num_prompt_tokens, self.num_completion_tokens, self.num_cached_tokens)
+        return usage(
+            self.num_prompt_tokens, self.num_completion_tokens, self.num_cached_tokens or 0
+        )
 
     # Streaming -------------------------------------------------------------------------
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:

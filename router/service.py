@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from pdserve.config import PdserveConfig
 from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, SamplingOptions
@@ -16,6 +17,8 @@ from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
+from pdserve.router.placement import Placer
+from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName
 from pdserve.router.prompts import PromptRenderer
 
 
@@ -31,11 +34,20 @@ class PreparedRequest:
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """A dispatched request: its prompt accounting and the decode stream."""
+    """A dispatched request: its prompt accounting, where it runs, and the decode stream."""
 
     num_prompt_tokens: int
-    num_cached_tokens: int
+    num_cached_tokens: int | None
+    """None for a local prefill: the decode engine reports it with its first chunk."""
     chunks: AsyncIterator[DecodeChunk]
+    decision: Decision | None
+    """None when placed by Ray Serve's load balancing (replica view not ready yet)."""
+
+    @property
+    def decision_label(self) -> str:
+        """'remote_prefill' or 'local_prefill' (a bounded metric label)."""
+        local = self.decision is not None and self.decision.prefill_is_local
+        return "local_prefill" if local else "remote_prefill"
 
 
 class CompletionService:
@@ -47,12 +59,20 @@ class CompletionService:
         renderer: PromptRenderer,
         dispatcher: Dispatcher,
         metrics: RouterMetrics,
+        placer: Placer | None = None,
     ):
         self._config = config
         self._renderer = renderer
         self._dispatcher = dispatcher
         self._metrics = metrics
+        self._placer = placer
         self._vocab_size = renderer.vocab_size()
+
+    def replicas(self) -> dict[str, Any]:
+        """The router's view of the replicas (for operators and `pdserve top`)."""
+        if self._placer is None:
+            return {"ready": False, "pools": {}}
+        return self._placer.view.describe()
 
     @property
     def model_id(self) -> str:
@@ -155,44 +175,105 @@ class CompletionService:
             priority=req.priority,
         )
 
-    async def generate(self, prepared: PreparedRequest) -> Generation:
-        """Prefill remotely, hand the KV to decode, and return the decode stream.
+    async def generate(
+        self, prepared: PreparedRequest, policy: PolicyName | None = None
+    ) -> Generation:
+        """Place the request, prefill (remotely, or locally on decode), and return the decode
+        stream. `policy` overrides the configured routing policy for this request.
 
-        Raises before the first chunk if the prefill fails; the caller iterates `chunks`.
+        Raises before the first chunk if placement or the prefill fails; the caller iterates
+        `chunks`.
         """
-        result = await self._dispatcher.prefill(
-            PrefillRequest(
-                request_id=f"{prepared.request_id}-p",
-                prompt_token_ids=prepared.prompt_token_ids,
-                priority=prepared.priority,
+        decision = None
+        if self._placer is not None:
+            try:
+                decision = self._placer.place(
+                    prepared.request_id, prepared.prompt_token_ids, prepared.priority, policy
+                )
+            except NoReplicaError as exc:
+                raise OpenAIError(503, str(exc), code="no_replica") from exc
+        priority = decision.engine_priority if decision is not None else prepared.priority
+        decode_target = decision.decode_replica_id if decision is not None else None
+        if decision is not None and decision.prefill_is_local:
+            chunks = self._dispatcher.decode(
+                DecodeRequest(
+                    request_id=f"{prepared.request_id}-d",
+                    prompt_token_ids=prepared.prompt_token_ids,
+                    sampling=prepared.sampling,
+                    handoff=None,
+                    priority=priority,
+                    target_replica_id=decode_target,
+                )
             )
-        )
+            num_prompt = len(prepared.prompt_token_ids)
+            return Generation(
+                num_prompt_tokens=num_prompt,
+                num_cached_tokens=None,
+                chunks=self._local_prefill_done(
+                    self._count(chunks, num_prompt, None), decision, prepared.request_id
+                ),
+                decision=decision,
+            )
+        try:
+            result = await self._dispatcher.prefill(
+                PrefillRequest(
+                    request_id=f"{prepared.request_id}-p",
+                    prompt_token_ids=prepared.prompt_token_ids,
+                    priority=priority,
+                    target_replica_id=decision.prefill_replica_id if decision else None,
+                )
+            )
+        finally:
+            if self._placer is not None:
+                self._placer.prefill_done(decision, prepared.request_id)
         chunks = self._dispatcher.decode(
             DecodeRequest(
                 request_id=f"{prepared.request_id}-d",
                 prompt_token_ids=prepared.prompt_token_ids,
                 sampling=prepared.sampling,
                 handoff=result.handoff,
-                priority=prepared.priority,
+                priority=priority,
+                target_replica_id=decode_target,
             )
         )
         return Generation(
             num_prompt_tokens=result.num_prompt_tokens,
             num_cached_tokens=result.num_cached_tokens,
             chunks=self._count(chunks, result.num_prompt_tokens, result.num_cached_tokens),
+            decision=decision,
         )
 
-    async def _count(
-        self, chunks: AsyncIterator[DecodeChunk], num_prompt: int, num_cached: int
+    async def _local_prefill_done(
+        self, chunks: AsyncIterator[DecodeChunk], decision: Decision, request_id: str
     ) -> AsyncIterator[DecodeChunk]:
+        """Marks a local prefill finished at the first token (or when the stream ends)."""
+        done = False
+        try:
+            async for chunk in chunks:
+                if not done and self._placer is not None:
+                    done = True
+                    self._placer.prefill_done(decision, request_id)
+                yield chunk
+        finally:
+            if not done and self._placer is not None:
+                self._placer.prefill_done(decision, request_id)
+
+    async def _count(
+        self, chunks: AsyncIterator[DecodeChunk], num_prompt: int, num_cached: int | None
+    ) -> AsyncIterator[DecodeChunk]:
+        """Counts tokens; `num_cached` None means a local prefill (cached count comes from the
+        decode engine's own first chunk, and there is no KV handoff)."""
         first = True
         async for chunk in chunks:
             if first:
-                # The decode engine only produces a token after the KV pull succeeded
-                # (kv_load_failure_policy=fail), so the first chunk marks a completed handoff.
                 first = False
-                self._metrics.kv_transfers.inc()
+                if num_cached is None:
+                    self._metrics.cached_prompt_tokens.inc(chunk.num_cached_tokens)
+                else:
+                    # The decode engine only produces a token after the KV pull succeeded
+                    # (kv_load_failure_policy=fail): the first chunk marks a completed handoff.
+                    self._metrics.kv_transfers.inc()
+                    self._metrics.cached_prompt_tokens.inc(num_cached)
                 self._metrics.prompt_tokens.inc(num_prompt)
-                self._metrics.cached_prompt_tokens.inc(num_cached)
             self._metrics.generation_tokens.inc(len(chunk.token_ids))
             yield chunk

@@ -8,8 +8,13 @@ from pdserve.config import PdserveConfig
 from pdserve.kv_transfer.connector_config import Role, kv_transfer_config
 
 
-def engine_args(config: PdserveConfig, role: Role, model_path: str) -> dict[str, Any]:
-    """Keyword arguments for `vllm.AsyncEngineArgs` for a prefill or decode engine."""
+def engine_args(
+    config: PdserveConfig, role: Role, model_path: str, kv_events_port: int | None = None
+) -> dict[str, Any]:
+    """Keyword arguments for `vllm.AsyncEngineArgs` for a prefill or decode engine.
+
+    `kv_events_port`: where the engine publishes KV cache events (None = no events).
+    """
     pool = config.prefill if role == "prefill" else config.decode
     eng = pool.engine
     args: dict[str, Any] = {
@@ -24,11 +29,20 @@ def engine_args(config: PdserveConfig, role: Role, model_path: str) -> dict[str,
         "enable_chunked_prefill": eng.enable_chunked_prefill,
         "enforce_eager": eng.enforce_eager,
         "tensor_parallel_size": eng.tensor_parallel_size,
+        "scheduling_policy": eng.scheduling_policy,
         "kv_transfer_config": kv_transfer_config(config, role),
         # pdserve collects engine stats through its own stat logger (pdserve.engine.stats);
         # vLLM's default loggers would only add periodic log lines.
         "disable_log_stats": True,
     }
+    if eng.prefill_chunk_tokens is not None:
+        args["long_prefill_token_threshold"] = eng.prefill_chunk_tokens
+    if kv_events_port is not None:
+        args["kv_events_config"] = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://*:{kv_events_port}",
+        }
     if eng.block_size_tokens is not None:
         args["block_size"] = eng.block_size_tokens
     if config.platform == "cuda":

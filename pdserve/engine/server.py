@@ -35,8 +35,9 @@ class EngineRequestError(RuntimeError):
     """The engine failed a request (e.g. a failed KV pull under kv_load_failure_policy=fail)."""
 
 
-def _prepare_process(config: PdserveConfig, role: Role, replica_id: str) -> int:
-    """Set this replica's engine environment; return its NIXL side-channel port.
+def _prepare_process(config: PdserveConfig, role: Role, replica_id: str) -> tuple[int, int | None]:
+    """Set this replica's engine environment; return its NIXL side-channel port and its
+    KV-event port (None when events are off).
 
     Must run before the engine starts: the engine process inherits env and niceness.
     """
@@ -48,7 +49,11 @@ def _prepare_process(config: PdserveConfig, role: Role, replica_id: str) -> int:
     offset = (zlib.crc32(replica_id.encode()) % 500) * 4
     port = pick_free_port(config.kv_transfer.side_channel_base_port + offset)
     os.environ.update(engine_environment(config, role, port, _node_ip()))
-    return port
+    pool = config.prefill if role == "prefill" else config.decode
+    events_port = None
+    if pool.engine.kv_events:
+        events_port = pick_free_port(config.kv_transfer.kv_events_base_port + offset, "0.0.0.0")
+    return port, events_port
 
 
 def _node_ip() -> str:
@@ -114,14 +119,17 @@ class EngineServer:
         self._replica_id = replica_id
         self._counters = EngineCounters()
         self._engine: Any = None
-        self.side_channel_port = _prepare_process(config, role, replica_id)
+        self.side_channel_port, self.kv_events_port = _prepare_process(config, role, replica_id)
+        self._node_ip = _node_ip()
 
     async def start(self) -> None:
         """Start the engine and wait until it can serve."""
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**engine_args(self._config, self._role, self._model_path))
+        args = AsyncEngineArgs(
+            **engine_args(self._config, self._role, self._model_path, self.kv_events_port)
+        )
         log.info("starting %s engine (NIXL side channel :%d)", self._role, self.side_channel_port)
         self._engine = AsyncLLM.from_engine_args(
             args, stat_loggers=[stat_logger_factory(self._counters)]
@@ -130,6 +138,30 @@ class EngineServer:
     def stats(self) -> EngineStats:
         """Current engine counters (cheap; no engine round trip)."""
         return self._counters.snapshot()
+
+    def routing_stats(self) -> dict[str, Any]:
+        """What the router's replica view needs (Ray Serve polls it; see record_routing_stats).
+
+        Plain JSON-able values; `kv_events_endpoint` None means this engine publishes no KV
+        events (the router then falls back to its approximate prefix index).
+        """
+        s = self._counters.snapshot()
+        cache = self._engine.vllm_config.cache_config if self._engine is not None else None
+        return {
+            "num_running_requests": s.num_running_requests,
+            "num_waiting_requests": s.num_waiting_requests,
+            "kv_cache_usage": s.kv_cache_usage,
+            "block_size_tokens": cache.block_size if cache is not None else 0,
+            "num_kv_blocks": (cache.num_gpu_blocks or 0) if cache is not None else 0,
+            "kv_events_endpoint": (
+                f"tcp://{self._advertised_host()}:{self.kv_events_port}"
+                if self.kv_events_port is not None
+                else None
+            ),
+        }
+
+    def _advertised_host(self) -> str:
+        return "127.0.0.1" if self._config.platform == "cpu" else self._node_ip
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
         """Compute the prompt's KV and keep it for a decode engine to pull over NIXL."""

@@ -1,0 +1,84 @@
+"""`pdserve bench` command line (typer): parse options into a `BenchConfig`, then delegate.
+
+Registered in pdserve/cli.py. Options default to None here so that `BenchConfig` owns every
+default; the help text of each option comes from the config field's description.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Annotated, Any
+
+import typer
+
+
+def _opt(field: str, flag: str | None = None, extra: str = "") -> Any:
+    from pdserve.bench.config import BenchConfig
+
+    info = BenchConfig.model_fields[field]
+    default = "" if info.default in (None, False) else f" (default: {info.default})"
+    name = flag or "--" + field.replace("_", "-")
+    return typer.Option(name, help=f"{info.description}{extra}{default}", show_default=False)
+
+
+def bench(
+    url: Annotated[str | None, _opt("url")] = None,
+    workload: Annotated[str | None, _opt("workload", extra=" mixed|agent|synthetic|trace.")] = None,
+    model: Annotated[str | None, _opt("model")] = None,
+    seed: Annotated[int | None, _opt("seed")] = None,
+    num_requests: Annotated[int | None, _opt("num_requests")] = None,
+    concurrency: Annotated[int | None, _opt("concurrency")] = None,
+    request_rate: Annotated[float | None, _opt("request_rate")] = None,
+    output_tokens: Annotated[int | None, _opt("output_tokens")] = None,
+    short_tokens: Annotated[int | None, _opt("short_tokens")] = None,
+    long_tokens: Annotated[int | None, _opt("long_tokens")] = None,
+    long_fraction: Annotated[float | None, _opt("long_fraction")] = None,
+    burst_size: Annotated[int | None, _opt("burst_size")] = None,
+    agents: Annotated[int | None, _opt("agents")] = None,
+    steps: Annotated[int | None, _opt("steps")] = None,
+    initial_tokens: Annotated[int | None, _opt("initial_tokens")] = None,
+    tool_result_tokens: Annotated[int | None, _opt("tool_result_tokens")] = None,
+    tool_role: Annotated[str | None, _opt("tool_role", extra=" tool|user.")] = None,
+    input_dist: Annotated[str | None, _opt("input_dist")] = None,
+    output_dist: Annotated[str | None, _opt("output_dist")] = None,
+    trace: Annotated[pathlib.Path | None, _opt("trace")] = None,
+    trace_time_scale: Annotated[float | None, _opt("trace_time_scale")] = None,
+    trace_block_tokens: Annotated[int | None, _opt("trace_block_tokens")] = None,
+    trace_length_scale: Annotated[float | None, _opt("trace_length_scale")] = None,
+    max_requests: Annotated[int | None, _opt("max_requests")] = None,
+    max_input_tokens: Annotated[int | None, _opt("max_input_tokens")] = None,
+    max_output_tokens: Annotated[int | None, _opt("max_output_tokens")] = None,
+    clip_mode: Annotated[str | None, _opt("clip_mode", extra=" clip|skip.")] = None,
+    token_ids: Annotated[bool, _opt("token_ids")] = False,
+    warmup: Annotated[int | None, _opt("warmup")] = None,
+    request_timeout_s: Annotated[float | None, _opt("request_timeout_s")] = None,
+    slo_ttft_s: Annotated[float | None, _opt("slo_ttft_s")] = None,
+    slo_tpot_s: Annotated[float | None, _opt("slo_tpot_s")] = None,
+    compare: Annotated[
+        str | None, _opt("policies", "--compare", " Comma-separated, e.g. round_robin,pdserve.")
+    ] = None,
+    rounds: Annotated[int | None, _opt("rounds")] = None,
+    json_path: Annotated[pathlib.Path | None, _opt("json_path", "--json")] = None,
+) -> None:
+    """Benchmark an OpenAI-compatible endpoint (streaming TTFT/ITL/TPOT/E2E, goodput),
+    optionally comparing routing policies side by side (--compare A,B)."""
+    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from pdserve.bench.config import BenchConfig
+    from pdserve.bench.main import run_bench
+
+    options.pop("compare", None)
+    options["token_ids"] = token_ids
+    if compare is not None:
+        options["policies"] = tuple(p.strip() for p in compare.split(","))
+    console = Console()
+    try:
+        cfg = BenchConfig(**options)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "options"
+            console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
+        raise typer.Exit(2) from exc
+    raise typer.Exit(run_bench(cfg, console))

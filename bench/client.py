@@ -1,0 +1,163 @@
+"""HTTP adapter: stream one OpenAI request with httpx and measure it.
+
+One `BenchClient` per run (HTTP/1.1 keep-alive pool sized to the concurrency); the runner
+calls `send` once per request and `close()` at the end. `send` never raises for a failed
+request (HTTP >= 400, stream error event, timeout, connection error): it returns a
+`RequestResult` with `error` set. Cancellation (Ctrl-C) propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from pdserve.bench.models import RequestResult, RequestSpec, Usage
+from pdserve.bench.payload import PATHS, request_body, request_headers
+from pdserve.bench.sse import SSEDecoder, StreamChunk, error_message, read_chunk
+
+Clock = Callable[[], float]
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot run (server unreachable, no model, calibration failed)."""
+
+
+@dataclass
+class _Timeline:
+    """Mutable per-request measurements, turned into a frozen RequestResult at the end."""
+
+    start: float
+    first_choice: float | None = None
+    first_content: float | None = None
+    last_content: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    usage: Usage | None = None
+    error: str | None = None
+    num_content_chunks: int = 0
+
+    def add(self, chunk: StreamChunk, now: float) -> None:
+        if chunk.error is not None:
+            self.error = chunk.error
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.has_choice and self.first_choice is None:
+            self.first_choice = now
+        if chunk.text:
+            self.texts.append(chunk.text)
+            self.num_content_chunks += 1
+            if self.first_content is None:
+                self.first_content = now
+            else:
+                self.gaps.append(now - (self.last_content or now))
+            self.last_content = now
+
+
+class BenchClient:
+    def __init__(
+        self,
+        url: str,
+        concurrency: int,
+        request_timeout_s: float,
+        clock: Clock = time.perf_counter,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`transport` replaces the network (tests pass an `httpx.MockTransport`)."""
+        pool = concurrency + 2  # + the model list and calibration requests
+        self._http = httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            transport=transport,
+            http2=False,
+            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
+            timeout=httpx.Timeout(request_timeout_s, connect=min(30.0, request_timeout_s)),
+        )
+        self._timeout_s = request_timeout_s
+        self._clock = clock
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def list_models(self) -> list[str]:
+        """Model ids from GET /v1/models; BenchError when the server cannot say."""
+        try:
+            resp = await self._http.get("/v1/models")
+            resp.raise_for_status()
+            return [str(m["id"]) for m in resp.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            raise BenchError(f"GET {self._http.base_url}/v1/models failed: {exc!r}") from exc
+
+    async def send(
+        self, spec: RequestSpec, model: str, policy: str | None, t0: float
+    ) -> RequestResult:
+        """Stream `spec`; `t0` is the phase start on this client's clock."""
+        tl = _Timeline(start=self._clock())
+        status: int | None = None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                status = await self._stream(spec, model, policy, tl)
+        except TimeoutError:
+            tl.error = f"timed out after {self._timeout_s:g} s (--request-timeout-s)"
+        except httpx.HTTPError as exc:
+            tl.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        end = self._clock()
+        if tl.error is None and status is not None and status >= 400:
+            tl.error = f"HTTP {status}"
+        usage = tl.usage
+        completion = usage.completion_tokens if usage else tl.num_content_chunks
+        first = tl.first_content if tl.first_content is not None else tl.first_choice
+        return RequestResult(
+            index=spec.index,
+            request_class=spec.request_class,
+            start_s=tl.start - t0,
+            e2e_s=end - tl.start,
+            ttft_s=None if first is None else first - tl.start,
+            chunk_gaps_s=tuple(tl.gaps),
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=completion,
+            cached_tokens=usage.cached_tokens if usage else None,
+            text="".join(tl.texts),
+            error=tl.error,
+            status=status,
+            agent=spec.agent,
+            step=spec.step,
+        )
+
+    async def _stream(
+        self, spec: RequestSpec, model: str, policy: str | None, tl: _Timeline
+    ) -> int:
+        body = request_body(spec, model)
+        headers = request_headers(policy)
+        async with self._http.stream(
+            "POST", PATHS[spec.endpoint], json=body, headers=headers
+        ) as resp:
+            if resp.status_code >= 400:
+                raw = await resp.aread()
+                tl.error = f"HTTP {resp.status_code}: {_http_error(raw)}"
+                return resp.status_code
+            decoder = SSEDecoder()
+            async for line in resp.aiter_lines():
+                event = decoder.feed(line)
+                if event is not None and self._take(read_chunk(event), tl):
+                    return resp.status_code
+            last = decoder.flush()
+            if last is not None:
+                self._take(read_chunk(last), tl)
+            return resp.status_code
+
+    def _take(self, chunk: StreamChunk, tl: _Timeline) -> bool:
+        """Record a chunk; True when the stream is finished ([DONE] or an error)."""
+        tl.add(chunk, self._clock())
+        return chunk.done or chunk.error is not None
+
+
+def _http_error(raw: bytes) -> str:
+    try:
+        message = error_message(json.loads(raw))
+    except ValueError:
+        message = None
+    return message or raw.decode(errors="replace")[:300]

@@ -1,0 +1,105 @@
+"""`BenchConfig`: every option of `pdserve bench`, validated (pydantic v2, pure)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from pdserve.bench.distributions import Distribution, parse_distribution
+
+Workload = Literal["mixed", "agent", "synthetic", "trace"]
+DEFAULT_POLICY = "default"
+
+
+class BenchConfig(BaseModel):
+    """The whole run configuration; written as `config` into the JSON report."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(default="http://127.0.0.1:8000", description="Server base URL (no /v1).")
+    workload: Workload = Field(default="mixed", description="Which workload to generate.")
+    model: str | None = Field(default=None, description="Model id; None: first of /v1/models.")
+    seed: int = Field(default=0, description="Seed of every random choice (lengths, arrivals).")
+    num_requests: int = Field(default=200, gt=0, description="Requests (mixed, synthetic).")
+    concurrency: int = Field(default=8, gt=0, description="Most requests in flight at once.")
+    request_rate: float | None = Field(
+        default=None, gt=0, description="Poisson arrivals per second; None: closed loop."
+    )
+    output_tokens: int = Field(default=32, gt=0, description="max_tokens (mixed, agent).")
+    short_tokens: int = Field(default=50, gt=0, description="Prompt tokens of `short` (mixed).")
+    long_tokens: int = Field(default=1500, gt=0, description="Prompt tokens of `long` (mixed).")
+    long_fraction: float = Field(default=0.5, ge=0, le=1, description="Share of long requests.")
+    burst_size: int = Field(default=4, gt=0, description="Long requests sent back-to-back.")
+    agents: int = Field(default=4, gt=0, description="Concurrent agents (agent).")
+    steps: int = Field(default=6, gt=0, description="Steps per agent (agent).")
+    initial_tokens: int = Field(default=500, gt=0, description="System prompt + task tokens.")
+    tool_result_tokens: int = Field(default=400, gt=0, description="Tokens per tool result.")
+    tool_role: Literal["tool", "user"] = Field(
+        default="tool", description="Role of tool results; `user` prefixes 'Tool result:'."
+    )
+    input_dist: str = Field(default="uniform:100:2000", description="Input lengths (synthetic).")
+    output_dist: str = Field(default="uniform:16:64", description="Output lengths (synthetic).")
+    trace: pathlib.Path | None = Field(default=None, description="Mooncake-format JSONL trace.")
+    trace_time_scale: float = Field(default=1.0, gt=0, description="Multiplies inter-arrivals.")
+    trace_block_tokens: int = Field(default=512, gt=0, description="Tokens per trace hash id.")
+    trace_length_scale: float = Field(
+        default=1.0, gt=0, description="Multiplies input lengths and block size together."
+    )
+    max_requests: int | None = Field(default=None, gt=0, description="Cap on trace requests.")
+    max_input_tokens: int | None = Field(
+        default=None, gt=0, description="Longest prompt sent (trace, synthetic)."
+    )
+    max_output_tokens: int | None = Field(
+        default=None, gt=0, description="Largest max_tokens sent (trace, synthetic)."
+    )
+    clip_mode: Literal["clip", "skip"] = Field(
+        default="clip", description="Over-long prompts: clip them or skip the request."
+    )
+    token_ids: bool = Field(default=False, description="Send token-id prompts (completions).")
+    warmup: int = Field(default=2, ge=0, description="Unmeasured requests before each phase.")
+    request_timeout_s: float = Field(default=300.0, gt=0, description="Per-request time limit.")
+    slo_ttft_s: float = Field(default=2.0, gt=0, description="Goodput SLO on TTFT.")
+    slo_tpot_s: float = Field(default=0.5, gt=0, description="Goodput SLO on TPOT.")
+    policies: tuple[str, ...] = Field(
+        default=(), description="--compare: x-pdserve-policy values, one phase each."
+    )
+    rounds: int = Field(default=1, gt=0, description="Alternations of the compared phases.")
+    json_path: pathlib.Path | None = Field(default=None, description="Write the JSON report.")
+
+    @field_validator("input_dist", "output_dist")
+    @classmethod
+    def _dist(cls, value: str) -> str:
+        parse_distribution(value)
+        return value
+
+    @field_validator("policies")
+    @classmethod
+    def _policies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not p or p != p.strip() for p in value):
+            raise ValueError(f"--compare names must be non-empty without spaces: {value}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"--compare names must be distinct: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _cross(self) -> Self:
+        if self.workload == "trace" and self.trace is None:
+            raise ValueError("the trace workload needs --trace PATH")
+        if self.workload == "agent" and self.token_ids:
+            raise ValueError("--token-ids works with completions only; agent uses chat")
+        return self
+
+    @property
+    def policy_names(self) -> tuple[str, ...]:
+        """Phase names in order; ("default",) when not comparing."""
+        return self.policies or (DEFAULT_POLICY,)
+
+    @property
+    def input_distribution(self) -> Distribution:
+        return parse_distribution(self.input_dist)
+
+    @property
+    def output_distribution(self) -> Distribution:
+        return parse_distribution(self.output_dist)

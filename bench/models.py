@@ -1,0 +1,121 @@
+"""Typed data shared by the benchmark's core and its adapters (frozen dataclasses, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Endpoint = Literal["completions", "chat"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One chat turn as sent to `/v1/chat/completions`."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    tool_call_id: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        body = {"role": self.role, "content": self.content}
+        if self.tool_call_id is not None:
+            body["tool_call_id"] = self.tool_call_id
+        return body
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request of a workload, fully materialized before it is sent.
+
+    Exactly one of `prompt` (completions: text or token ids) and `messages` (chat) is set.
+    `arrival_s` is the send time relative to the phase start; None means "as soon as the
+    concurrency limit allows". `agent`/`step` are set for the agent workload only.
+    """
+
+    index: int
+    request_class: str
+    max_tokens: int
+    target_prompt_tokens: int
+    prompt: str | tuple[int, ...] | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    arrival_s: float | None = None
+    agent: int | None = None
+    step: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("a RequestSpec needs exactly one of `prompt` and `messages`")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return "chat" if self.messages is not None else "completions"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The `usage` object of the final stream chunk; `cached_tokens` is None when the server
+    does not report `prompt_tokens_details` (plain vLLM needs `--enable-prompt-tokens-details`)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """What one request measured. Times are seconds; `start_s` is relative to the phase start.
+
+    `error` is None for a success. `ttft_s` is None only when no chunk arrived at all.
+    `chunk_gaps_s` are the gaps between consecutive non-empty content chunks (one chunk may
+    carry several tokens). Token counts come from `usage` (None when the server sent none).
+    """
+
+    index: int
+    request_class: str
+    start_s: float
+    e2e_s: float
+    ttft_s: float | None
+    chunk_gaps_s: tuple[float, ...]
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    text: str
+    error: str | None = None
+    status: int | None = None
+    agent: int | None = None
+    step: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(E2E - TTFT) / (completion tokens - 1); None with fewer than two tokens."""
+        if self.ttft_s is None or self.completion_tokens is None or self.completion_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
+
+
+@dataclass(frozen=True)
+class PhaseOutcome:
+    """All results of one phase: one policy, one round. `wall_s` runs from the first send to
+    the last completion (or to the interruption)."""
+
+    policy: str
+    round_index: int
+    results: tuple[RequestResult, ...]
+    wall_s: float
+    interrupted: bool = False
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """The requests of one phase, plus how many the length limits clipped or skipped."""
+
+    specs: tuple[RequestSpec, ...]
+    num_input_clipped: int = 0
+    num_output_clipped: int = 0
+    num_skipped: int = 0

@@ -1,0 +1,123 @@
+"""Rich tables and lines for a `BenchReport` (pure: builds renderables, prints nothing)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from pdserve.bench.report import BenchReport, Metrics, PolicyReport
+from pdserve.bench.stats import sig3
+
+LATENCIES = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2E", "e2e"))
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def _columns(report: BenchReport) -> list[tuple[str, Metrics]]:
+    """(header, metrics) per policy, and per class after it for `mixed`."""
+    cols: list[tuple[str, Metrics]] = []
+    for name, policy in report.policies.items():
+        cols.append((name if policy.classes is None else f"{name}\nall", policy))
+        cols += [(f"{name}\n{cls}", m) for cls, m in (policy.classes or {}).items()]
+    return cols
+
+
+def results_table(report: BenchReport) -> Table:
+    """Metrics as rows, one column per policy (and per class for `mixed`)."""
+    slo = report.config
+    table = Table(
+        title=f"{report.workload} workload against {report.url} ({report.model})",
+        caption=f"goodput: requests with TTFT <= {slo['slo_ttft_s']} s and TPOT <= "
+        f"{slo['slo_tpot_s']} s; ITL is per stream chunk",
+    )
+    cols = _columns(report)
+    table.add_column("metric")
+    for header, _ in cols:
+        table.add_column(header, justify="right")
+    metrics = [m for _, m in cols]
+    table.add_row("requests", *(str(m.num_requests) for m in metrics))
+    table.add_row("errors", *(str(m.num_errors) for m in metrics))
+    for label, prefix in LATENCIES:
+        for p in PERCENTILES:
+            field = f"{prefix}_{p}_s"
+            table.add_row(f"{label} {p} (s)", *(sig3(getattr(m, field)) for m in metrics))
+    table.add_row("requests/s", *(sig3(m.requests_per_s) for m in metrics))
+    table.add_row("output tokens/s", *(sig3(m.output_tokens_per_s) for m in metrics))
+    table.add_row(
+        "goodput",
+        *("-" if m.goodput_fraction is None else f"{m.goodput_fraction:.0%}" for m in metrics),
+    )
+    table.add_row("goodput req/s", *(sig3(m.goodput_per_s) for m in metrics))
+    table.add_row("mean prompt tok", *(sig3(m.prompt_tokens_mean) for m in metrics))
+    return table
+
+
+def steps_table(name: str, policy: PolicyReport) -> Table:
+    """Agent workload: per step, means over agents."""
+    table = Table(title=f"agent steps ({name}); means over agents")
+    for col in ("Step", "Prompt tok", "Cached tok", "Prefill (s)", "Decode (s)", "requests"):
+        table.add_column(col, justify="right")
+    for row in policy.steps or []:
+        table.add_row(
+            str(row.step + 1),
+            sig3(row.prompt_tokens_mean),
+            sig3(row.cached_tokens_mean),
+            sig3(row.prefill_s_mean),
+            sig3(row.decode_s_mean),
+            str(row.num_requests),
+        )
+    return table
+
+
+def reuse_line(name: str, policy: PolicyReport) -> str:
+    """Agent workload: prefilled tokens with the reuse achieved, without any, and ideal."""
+    prefilled = "unknown (server reports no cached tokens)"
+    if policy.prefilled_tokens_total is not None:
+        prefilled = f"{policy.prefilled_tokens_total:,}"
+    return (
+        f"{name}: prefilled with reuse {prefilled} vs without reuse "
+        f"{policy.prompt_tokens_total:,} (sum of prompt tokens); perfect reuse would prefill "
+        f"{policy.final_context_tokens_total or 0:,} (final contexts); cached "
+        f"{'-' if policy.cached_tokens_total is None else f'{policy.cached_tokens_total:,}'}"
+    )
+
+
+RATIO_ROWS = (
+    ("TTFT p50", "ttft_p50_s"),
+    ("TTFT p99", "ttft_p99_s"),
+    ("E2E p99", "e2e_p99_s"),
+    ("requests/s", "requests_per_s"),
+    ("output tokens/s", "output_tokens_per_s"),
+    ("goodput fraction", "goodput_fraction"),
+)
+
+
+def ratios_table(report: BenchReport) -> Table | None:
+    """later ÷ first policy; None when not comparing."""
+    if not report.ratios:
+        return None
+    table = Table(title="ratios (latencies: lower is better)")
+    table.add_column("metric")
+    for key in report.ratios:
+        new, base = key.split("/", 1)
+        table.add_column(f"{new} ÷ {base}", justify="right")
+    columns = list(report.ratios.values())
+    for label, field in RATIO_ROWS:
+        table.add_row(label, *(sig3(v.get(field)) for v in columns))
+    classes = columns[0].get("classes") or {}
+    for cls in classes:
+        for label, field in (("TTFT p50", "ttft_p50_s"), ("TTFT p99", "ttft_p99_s")):
+            table.add_row(
+                f"{label} ({cls})",
+                *(sig3((v.get("classes") or {}).get(cls, {}).get(field)) for v in columns),
+            )
+    if report.workload == "agent":
+        table.add_row("prefilled tokens", *(sig3(v.get("prefilled_tokens_total")) for v in columns))
+    return table
+
+
+def error_lines(report: BenchReport) -> list[str]:
+    lines = []
+    for name, policy in report.policies.items():
+        for e in policy.errors:
+            status = f" (HTTP {e.status})" if e.status else ""
+            lines.append(f"{name}: {e.count} x{status} {e.message[:300]}")
+    return lines

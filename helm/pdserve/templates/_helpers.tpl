@@ -1,0 +1,177 @@
+{{/* Names: KubeRay caps RayService names at 47 characters; leave room for suffixes. */}}
+{{- define "pdserve.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "pdserve.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Service KubeRay creates for the Serve proxies (spec.serveService). */}}
+{{- define "pdserve.routerServiceName" -}}
+{{- printf "%s-router" (include "pdserve.fullname" .) }}
+{{- end }}
+
+{{- define "pdserve.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pdserve.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "pdserve.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "pdserve.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "pdserve.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "%s-gpu" .Chart.AppVersion) .Values.image.tag) }}
+{{- end }}
+
+{{/* pdserve.router with pydantic's defaults (pdserve/config.py RouterConfig). */}}
+{{- define "pdserve.routerPort" -}}
+{{- $router := .Values.pdserve.router | default dict }}
+{{- $router.port | default 8000 | toJson }}
+{{- end }}
+
+{{- define "pdserve.routerHost" -}}
+{{- $router := .Values.pdserve.router | default dict }}
+{{- $router.host | default "127.0.0.1" }}
+{{- end }}
+
+{{- define "pdserve.sideChannelBasePort" -}}
+{{- $kv := .Values.pdserve.kv_transfer | default dict }}
+{{- $kv.side_channel_base_port | default 15600 | toJson }}
+{{- end }}
+
+{{/*
+The Ray Serve config (serveConfigV2): the same mapping as
+pdserve.deploy.serve_config.serve_config_for(config); the application args ARE the pdserve config.
+*/}}
+{{- define "pdserve.serveConfig" -}}
+{{- $pd := .Values.pdserve }}
+{{- $app := dict "name" ($pd.app_name | default "pdserve") "route_prefix" "/" "import_path" "pdserve.deploy.app:build_app" "args" $pd }}
+{{- $http := dict "host" (include "pdserve.routerHost" .) "port" (include "pdserve.routerPort" . | atoi) }}
+{{- toYaml (dict "http_options" $http "applications" (list $app)) }}
+{{- end }}
+
+{{/* Render-time checks: refuse values that would deploy something that cannot work. */}}
+{{- define "pdserve.validate" -}}
+{{- $host := include "pdserve.routerHost" . }}
+{{- if has $host (list "127.0.0.1" "localhost" "::1") }}
+{{- fail (printf "pdserve.router.host is %q: on Kubernetes the Serve HTTP proxies must listen on the pod network; set pdserve.router.host: 0.0.0.0" $host) }}
+{{- end }}
+{{- $port := include "pdserve.routerPort" . | atoi }}
+{{- if has $port (list 6379 8265 10001 52365 (int .Values.monitoring.rayMetricsPort)) }}
+{{- fail (printf "pdserve.router.port %d collides with a Ray port (6379 GCS, 8265 dashboard, 10001 client, 52365 dashboard agent, %v metrics): pick another" $port .Values.monitoring.rayMetricsPort) }}
+{{- end }}
+{{- range $role := list "prefill" "decode" }}
+{{- $g := index $.Values $role }}
+{{- $pool := index $.Values.pdserve $role | default dict }}
+{{- if gt (int $g.minReplicas) (int $g.maxReplicas) }}
+{{- fail (printf "%s.minReplicas (%v) must be <= %s.maxReplicas (%v)" $role $g.minReplicas $role $g.maxReplicas) }}
+{{- end }}
+{{- if or (lt (int $g.replicas) (int $g.minReplicas)) (gt (int $g.replicas) (int $g.maxReplicas)) }}
+{{- fail (printf "%s.replicas (%v) must lie within %s.minReplicas..maxReplicas (%v..%v)" $role $g.replicas $role $g.minReplicas $g.maxReplicas) }}
+{{- end }}
+{{- $numGpus := float64 ($pool.num_gpus | default 0) }}
+{{- if gt $numGpus 0.0 }}
+{{- if lt (float64 $g.gpusPerPod) $numGpus }}
+{{- fail (printf "%s.gpusPerPod (%v) is less than pdserve.%s.num_gpus (%v): one replica must fit in one pod" $role $g.gpusPerPod $role $numGpus) }}
+{{- end }}
+{{- $maxServe := $pool.num_replicas | default 1 }}
+{{- if $pool.autoscaling }}{{ $maxServe = $pool.autoscaling.max_replicas | default 1 }}{{ end }}
+{{- $need := mulf $maxServe $numGpus }}
+{{- $have := mulf $g.maxReplicas $g.gpusPerPod }}
+{{- if lt $have $need }}
+{{- fail (printf "the %s worker group can hold at most %v GPUs (%s.maxReplicas %v x gpusPerPod %v) but pdserve.%s needs up to %v (%v replicas x num_gpus %v): raise %s.maxReplicas or lower the pool's replicas" $role $have $role $g.maxReplicas $g.gpusPerPod $role $need $maxServe $numGpus $role) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $ucxEnv := (.Values.pdserve.kv_transfer | default dict).ucx_env | default dict }}
+{{- if and .Values.kvTransfer.ucx.tls (hasKey $ucxEnv "UCX_TLS") }}
+{{- fail "UCX_TLS is set in both kvTransfer.ucx.tls and pdserve.kv_transfer.ucx_env: set it in one place (null out the other)" }}
+{{- end }}
+{{- if and .Values.kvTransfer.ucx.netDevices (hasKey $ucxEnv "UCX_NET_DEVICES") }}
+{{- fail "UCX_NET_DEVICES is set in both kvTransfer.ucx.netDevices and pdserve.kv_transfer.ucx_env: set it in one place" }}
+{{- end }}
+{{- range $k, $v := .Values.kvTransfer.ucx.env }}
+{{- if hasKey $ucxEnv $k }}
+{{- fail (printf "%s is set in both kvTransfer.ucx.env and pdserve.kv_transfer.ucx_env: set it in one place" $k) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Environment shared by every Ray container. */}}
+{{- define "pdserve.commonEnv" -}}
+{{- if .Values.apiKey.existingSecret }}
+- name: PDSERVE_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.apiKey.existingSecret }}
+      key: {{ .Values.apiKey.key }}
+{{- end }}
+{{- if .Values.huggingface.tokenSecret }}
+- name: HF_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.huggingface.tokenSecret }}
+      key: {{ .Values.huggingface.tokenKey }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* UCX / NIXL environment for worker containers (engines run there). */}}
+{{- define "pdserve.kvEnv" -}}
+{{- with .Values.kvTransfer.ucx.tls }}
+- name: UCX_TLS
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.kvTransfer.ucx.netDevices }}
+- name: UCX_NET_DEVICES
+  value: {{ . | quote }}
+{{- end }}
+{{- range $k, $v := .Values.kvTransfer.ucx.env }}
+- name: {{ $k }}
+  value: {{ $v | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Container securityContext; IPC_LOCK when RDMA is on (RDMA registers pinned memory). */}}
+{{- define "pdserve.securityContext" -}}
+{{- $root := index . 0 }}
+{{- $worker := index . 1 }}
+{{- $sc := deepCopy ($root.Values.securityContext | default dict) }}
+{{- if and $worker $root.Values.kvTransfer.rdma.enabled }}
+{{- $caps := deepCopy ($sc.capabilities | default dict) }}
+{{- $add := $caps.add | default list }}
+{{- if not (has "IPC_LOCK" $add) }}{{ $add = append $add "IPC_LOCK" }}{{ end }}
+{{- $_ := set $caps "add" $add }}
+{{- $_ := set $sc "capabilities" $caps }}
+{{- end }}
+{{- if $sc }}
+securityContext:
+  {{- toYaml $sc | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The /dev/shm emptyDir (medium Memory) for a group. */}}
+{{- define "pdserve.shmVolume" -}}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    {{- with .sizeLimit }}
+    sizeLimit: {{ . }}
+    {{- end }}
+{{- end }}

@@ -1,0 +1,121 @@
+"""Subscribes to one engine's KV cache events (vLLM ZMQ publisher) and keeps the router's
+prefix index in step with what that replica really holds.
+
+One `KVEventSubscriber` per replica, owned by the ReplicaView, started when the replica's
+routing stats first show its `kv_events_endpoint`, closed when the replica goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+from pdserve.router.block_hashes import ROOT_HASH, chain_hash
+
+log = logging.getLogger("pdserve.router")
+
+
+class BlockSink(Protocol):
+    """What the subscriber updates (the policy's PrefixIndex satisfies it)."""
+
+    def add_blocks(self, replica_id: str, block_hashes: list[int]) -> None: ...
+    def remove_blocks(self, replica_id: str, block_hashes: list[int]) -> None: ...
+    def clear(self, replica_id: str) -> None: ...
+
+
+class EventTranslator:
+    """Maps one engine's block hashes onto the router's chained hashes (pure).
+
+    Memory: one int→int entry per block the engine currently holds.
+    """
+
+    def __init__(self, replica_id: str, sink: BlockSink):
+        self._replica_id = replica_id
+        self._sink = sink
+        self._ours: dict[Any, int] = {}
+
+    def block_stored(
+        self, engine_hashes: list[Any], parent: Any, token_ids: list[int], block_size: int
+    ) -> None:
+        ours_parent = ROOT_HASH if parent is None else self._ours.get(parent)
+        if ours_parent is None:
+            return  # parent evicted or unseen (subscribed mid-stream): cannot chain
+        added = []
+        for i, engine_hash in enumerate(engine_hashes):
+            tokens = token_ids[i * block_size : (i + 1) * block_size]
+            if len(tokens) < block_size:
+                break
+            ours_parent = chain_hash(ours_parent, tokens)
+            self._ours[engine_hash] = ours_parent
+            added.append(ours_parent)
+        if added:
+            self._sink.add_blocks(self._replica_id, added)
+
+    def block_removed(self, engine_hashes: list[Any]) -> None:
+        removed = [h for h in (self._ours.pop(e, None) for e in engine_hashes) if h is not None]
+        if removed:
+            self._sink.remove_blocks(self._replica_id, removed)
+
+    def all_cleared(self) -> None:
+        self._ours.clear()
+        self._sink.clear(self._replica_id)
+
+
+class KVEventSubscriber:
+    """Reads `KVEventBatch` messages from one engine's ZMQ publisher."""
+
+    def __init__(self, replica_id: str, endpoint: str, sink: BlockSink):
+        self.replica_id = replica_id
+        self.endpoint = endpoint
+        self._translator = EventTranslator(replica_id, sink)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        import msgspec
+        import zmq
+        import zmq.asyncio
+        from vllm.distributed.kv_events import (
+            AllBlocksCleared,
+            BlockRemoved,
+            BlockStored,
+            KVEventBatch,
+        )
+
+        decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+        ctx = zmq.asyncio.Context.instance()
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.endpoint)
+        log.info("subscribed to KV events of %s at %s", self.replica_id, self.endpoint)
+        t = self._translator
+        try:
+            while True:
+                frames = await sock.recv_multipart()
+                try:
+                    batch = decoder.decode(frames[-1])
+                except msgspec.DecodeError:
+                    continue
+                for ev in batch.events:
+                    if isinstance(ev, BlockStored):
+                        t.block_stored(
+                            ev.block_hashes, ev.parent_block_hash, ev.token_ids, ev.block_size
+                        )
+                    elif isinstance(ev, BlockRemoved):
+                        t.block_removed(ev.block_hashes)
+                    elif isinstance(ev, AllBlocksCleared):
+                        t.all_cleared()
+        finally:
+            sock.close()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None

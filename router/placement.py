@@ -1,0 +1,92 @@
+"""Per-request placement: the routing policy applied to the router's replica view.
+
+`Placer` is built once per router replica and called once per request (`place`), then told
+when the request's remote prefill ends (`prefill_done`). It owns the router-local state the
+policy needs: the outstanding prefill work per replica and, in approximate mode, the routing
+history that stands in for KV events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pdserve.router.block_hashes import block_hashes
+from pdserve.router.policy.config import PolicyConfig
+from pdserve.router.policy.pipeline import RoutingPolicy
+from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.types import Decision, PolicyName, RequestSummary
+from pdserve.router.replica_view import ReplicaView
+
+
+class Placer:
+    """Decides prefill replica (or local prefill), decode replica and engine priority."""
+
+    def __init__(
+        self,
+        policy_config: PolicyConfig,
+        view: ReplicaView,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._policy_config = policy_config
+        self._policy = RoutingPolicy(policy_config)
+        self._view = view
+        self._work = OutstandingWork()
+        self._clock = clock
+
+    @property
+    def view(self) -> ReplicaView:
+        return self._view
+
+    def place(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        client_priority: int,
+        policy: PolicyName | None,
+    ) -> Decision | None:
+        """The decision for one request; None until the replica view is ready (the first
+        requests after start-up are then placed by load alone)."""
+        now = self._clock()
+        self._view.refresh(now)
+        if not self._view.ready:
+            return None
+        block_size = self._view.block_size_tokens
+        if block_size != self._policy.config.block_size_tokens:
+            # Hash prompts with the engines' own KV block size (KV events use it too).
+            self._policy = RoutingPolicy(
+                self._policy_config.model_copy(update={"block_size_tokens": block_size})
+            )
+        summary = RequestSummary(
+            request_id=request_id,
+            num_prompt_tokens=len(prompt_token_ids),
+            block_hashes=block_hashes(prompt_token_ids, block_size),
+            client_priority=client_priority,
+            arrival_time_s=now,
+        )
+        decision = self._policy.decide(
+            summary,
+            self._view.snapshots("prefill"),
+            self._view.snapshots("decode"),
+            self._view.index,
+            self._work,
+            now,
+            policy=policy,
+        )
+        prefilling = decision.prefill_replica_id or decision.decode_replica_id
+        self._work.start(
+            prefilling, request_id, decision.est_prefill_s, decision.engine_priority, now
+        )
+        # Approximate mode: record where the prompt's blocks now live. Events mode: refresh
+        # their recency in the index (the engines' events add and remove the blocks).
+        if decision.prefill_replica_id is not None:
+            self._view.index.on_routed(decision.prefill_replica_id, summary.block_hashes)
+        self._view.index.on_routed(decision.decode_replica_id, summary.block_hashes)
+        return decision
+
+    def prefill_done(self, decision: Decision | None, request_id: str) -> None:
+        """Call once when the request's prefill finished or failed (remote: the prefill call
+        returned; local: the decode replica produced its first token or failed)."""
+        if decision is not None:
+            prefilling = decision.prefill_replica_id or decision.decode_replica_id
+            self._work.finish(prefilling, request_id)

@@ -1,0 +1,109 @@
+"""Typed config of the routing policy (pydantic v2, frozen, extra=forbid, every field described).
+
+Read once when the router starts (`RoutingPolicy(config)`); part of the deployment YAML under
+the router section.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pdserve.router.policy.cost_model import CostModel
+from pdserve.router.policy.types import PolicyName
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScorerWeights(_Strict):
+    """Weight of each scorer in the picker's sum (0 turns a scorer off). One field per scorer,
+    named as the scorer's `name`."""
+
+    prefix_overlap: float = Field(
+        default=2.0, ge=0, description="Weight of the fraction of the prompt cached there."
+    )
+    outstanding_prefill: float = Field(
+        default=1.0,
+        ge=0,
+        description="Weight of 'finishes this prefill first' (queued + own estimated seconds).",
+    )
+    running_requests: float = Field(
+        default=0.5, ge=0, description="Weight of few running + waiting requests."
+    )
+    kv_usage: float = Field(default=0.5, ge=0, description="Weight of free KV cache.")
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> Self:
+        if not any(w > 0 for w in self.model_dump().values()):
+            raise ValueError("at least one scorer weight must be > 0")
+        return self
+
+
+def _default_decode_weights() -> ScorerWeights:
+    return ScorerWeights(
+        prefix_overlap=1.0, outstanding_prefill=0.0, running_requests=1.0, kv_usage=0.5
+    )
+
+
+class PolicyConfig(_Strict):
+    """How the router picks prefill and decode replicas and engine priorities."""
+
+    policy: PolicyName = Field(
+        default="pdserve",
+        description=(
+            "'pdserve' (cache- and cost-aware pipeline), or a baseline: 'round_robin', "
+            "'least_loaded'. A request's x-pdserve-policy header overrides it."
+        ),
+    )
+    prefill_weights: ScorerWeights = Field(
+        default_factory=ScorerWeights,
+        description="Scorer weights for choosing the prefill replica.",
+    )
+    decode_weights: ScorerWeights = Field(
+        default_factory=_default_decode_weights,
+        description=(
+            "Scorer weights for choosing the decode replica: prefix overlap (enables local "
+            "prefill), few running requests, free KV cache."
+        ),
+    )
+    max_kv_cache_usage: float = Field(
+        default=0.95,
+        gt=0,
+        le=1,
+        description="Replicas above this KV usage are skipped unless all are above it.",
+    )
+    local_prefill_max_uncached_tokens: int = Field(
+        default=256,
+        ge=0,
+        description=(
+            "Prefill on the decode replica when it holds all but fewer than this many prompt "
+            "tokens; 0 always prefills remotely."
+        ),
+    )
+    priority_bucket_base_s: float = Field(
+        default=0.05,
+        gt=0,
+        description="Prefills estimated at or under this get priority 0; each doubling adds 1.",
+    )
+    max_priority_levels: int = Field(
+        default=8, ge=1, description="Number of cost buckets (priorities 0 .. levels-1)."
+    )
+    aging_s: float = Field(
+        default=1.0,
+        ge=0,
+        description=(
+            "A prefill in flight longer than its estimate plus this is starving: new requests "
+            "to its replica stop getting a better priority than it."
+        ),
+    )
+    block_size_tokens: int = Field(
+        default=128,
+        gt=0,
+        description="Tokens per hashed prefix block (the engine's KV block size).",
+    )
+    cost_model: CostModel = Field(
+        default_factory=CostModel, description="Prefill/decode cost coefficients."
+    )

@@ -1,0 +1,197 @@
+"""How long prefill and decode steps take, as a small analytic model fitted per deployment.
+
+Called by the routing pipeline a few times per request (one prefill estimate per candidate
+replica), so it is plain arithmetic. `CostModel.fit` is called offline by `pdserve profile`
+with measured samples; the defaults are rough values for the tiny demo model on CPU.
+
+    est_prefill_s(u, c) = fixed_overhead_s + per_token_s * u + per_token_sq_s * u * (u / 2 + c)
+
+for u uncached (computed) tokens after c cached tokens: every new token attends to the c
+cached tokens and, on average, half of the u new ones, so attention adds u * (u/2 + c).
+
+    est_decode_step_s(b, ctx) = decode_base_s + decode_per_seq_s * b
+                                + decode_per_context_token_s * ctx
+
+for a batch of b sequences holding ctx context tokens in total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillSample:
+    """One measured prefill: `seconds` to compute `num_uncached_tokens` after cached ones."""
+
+    num_uncached_tokens: int
+    num_cached_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSample:
+    """One measured decode step: `step_s` for `batch_size` sequences, `context_tokens` total."""
+
+    batch_size: int
+    context_tokens: int
+    step_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """What `CostModel.fit` returns: the model and human notes (clamped or kept coefficients)."""
+
+    model: CostModel
+    notes: tuple[str, ...]
+
+
+_PREFILL_FIELDS = ("fixed_overhead_s", "per_token_s", "per_token_sq_s")
+_DECODE_FIELDS = ("decode_base_s", "decode_per_seq_s", "decode_per_context_token_s")
+
+
+class CostModel(BaseModel):
+    """Prefill and decode cost coefficients (seconds). All >= 0, so estimates are monotone."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fixed_overhead_s: float = Field(
+        default=0.02, ge=0, description="Prefill cost paid per request whatever its length."
+    )
+    per_token_s: float = Field(
+        default=1e-4, ge=0, description="Prefill seconds per computed (uncached) token."
+    )
+    per_token_sq_s: float = Field(
+        default=1e-8,
+        ge=0,
+        description="Attention term: seconds per (uncached token x context token it attends to).",
+    )
+    decode_base_s: float = Field(default=0.01, ge=0, description="Decode step fixed cost.")
+    decode_per_seq_s: float = Field(
+        default=5e-4, ge=0, description="Decode step seconds per sequence in the batch."
+    )
+    decode_per_context_token_s: float = Field(
+        default=1e-7, ge=0, description="Decode step seconds per context token in the batch."
+    )
+
+    def est_prefill_s(self, num_uncached_tokens: int, num_cached_tokens: int) -> float:
+        """Estimated seconds to prefill `num_uncached_tokens` after `num_cached_tokens`."""
+        u = num_uncached_tokens
+        return (
+            self.fixed_overhead_s
+            + self.per_token_s * u
+            + self.per_token_sq_s * u * (u / 2 + num_cached_tokens)
+        )
+
+    def est_backlog_s(self, num_queued_tokens: int) -> float:
+        """Lower-bound seconds for an engine's reported queue of prompt tokens (linear term only:
+        the snapshot does not say how they split into requests or what they attend to)."""
+        return self.per_token_s * num_queued_tokens
+
+    def est_decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        """Estimated seconds of one decode step: `batch_size` sequences, `context_tokens` total."""
+        return (
+            self.decode_base_s
+            + self.decode_per_seq_s * batch_size
+            + self.decode_per_context_token_s * context_tokens
+        )
+
+    @classmethod
+    def fit(
+        cls,
+        prefill_samples: Sequence[PrefillSample],
+        decode_samples: Sequence[DecodeSample],
+        *,
+        base: CostModel | None = None,
+    ) -> FitResult:
+        """Least-squares fit of the coefficients from measured samples (called by `pdserve
+        profile`, offline).
+
+        Either list may be empty: that half keeps `base`'s coefficients (the defaults when
+        `base` is None) and a note says so. A coefficient the unconstrained fit makes negative
+        is clamped to 0 and the others are refitted without it (non-negative least squares by
+        active set), with a note. Raises ValueError when the samples cannot determine the
+        coefficients (fewer than 3, or no variation in a feature).
+        """
+        start = base if base is not None else cls()
+        values = start.model_dump()
+        notes: list[str] = []
+        if prefill_samples:
+            rows = [(1.0, float(s.num_uncached_tokens), _attention(s)) for s in prefill_samples]
+            coef = _nnls(rows, [s.seconds for s in prefill_samples], _PREFILL_FIELDS, notes)
+            values.update(zip(_PREFILL_FIELDS, coef, strict=True))
+        else:
+            notes.append("no prefill samples: prefill coefficients kept")
+        if decode_samples:
+            rows = [(1.0, float(s.batch_size), float(s.context_tokens)) for s in decode_samples]
+            coef = _nnls(rows, [s.step_s for s in decode_samples], _DECODE_FIELDS, notes)
+            values.update(zip(_DECODE_FIELDS, coef, strict=True))
+        else:
+            notes.append("no decode samples: decode coefficients kept")
+        return FitResult(model=cls.model_validate(values), notes=tuple(notes))
+
+
+def _attention(s: PrefillSample) -> float:
+    u = float(s.num_uncached_tokens)
+    return u * (u / 2 + s.num_cached_tokens)
+
+
+def _nnls(
+    rows: Sequence[tuple[float, ...]], y: Sequence[float], names: Sequence[str], notes: list[str]
+) -> list[float]:
+    """Least squares with coefficients >= 0: solve, drop (fix at 0) negative ones, re-solve."""
+    if len(rows) < len(names):
+        raise ValueError(
+            f"need at least {len(names)} samples to fit {', '.join(names)}; got {len(rows)}"
+        )
+    active = list(range(len(names)))
+    while True:
+        sub = [[r[j] for j in active] for r in rows]
+        sol = _lstsq(sub, y, [names[j] for j in active])
+        negative = [k for k, v in enumerate(sol) if v < 0]
+        if not negative:
+            out = [0.0] * len(names)
+            for k, j in enumerate(active):
+                out[j] = sol[k]
+            return out
+        worst = min(negative, key=lambda k: sol[k])
+        notes.append(
+            f"{names[active[worst]]} fitted negative ({sol[worst]:.3g}): clamped to 0 "
+            "and the other coefficients refitted"
+        )
+        del active[worst]
+        if not active:
+            return [0.0] * len(names)
+
+
+def _lstsq(
+    rows: Sequence[Sequence[float]], y: Sequence[float], names: Sequence[str]
+) -> list[float]:
+    """Ordinary least squares via normal equations on max-abs-scaled columns (keeps the
+    3x3 system well conditioned when features span 1 .. 1e7), Gaussian elimination."""
+    n = len(names)
+    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(n)]
+    xs = [[r[j] / scale[j] for j in range(n)] for r in rows]
+    a = [[sum(x[i] * x[j] for x in xs) for j in range(n)] for i in range(n)]
+    b = [sum(x[i] * yy for x, yy in zip(xs, y, strict=True)) for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12 * len(rows):
+            raise ValueError(
+                f"samples do not determine {names[col]}: vary the inputs (token counts, batch "
+                "sizes) across samples"
+            )
+        a[col], a[pivot] = a[pivot], a[col]
+        b[col], b[pivot] = b[pivot], b[col]
+        for r in range(col + 1, n):
+            f = a[r][col] / a[col][col]
+            for c in range(col, n):
+                a[r][c] -= f * a[col][c]
+            b[r] -= f * b[col]
+    sol = [0.0] * n
+    for i in reversed(range(n)):
+        sol[i] = (b[i] - sum(a[i][j] * sol[j] for j in range(i + 1, n))) / a[i][i]
+    return [s / sc for s, sc in zip(sol, scale, strict=True)]

@@ -1,0 +1,292 @@
+"""`RoutingPolicy.decide`: one request + replica snapshots → one `Decision`.
+
+Called by the router once per request on its hot path, after tokenizing and hashing the
+prompt's blocks; pure except for the round-robin counters it owns. The router then sends the
+prefill (remote, or local on the decode replica), calls `OutstandingWork.start` for the
+replica that prefills and `PrefixIndex.on_routed`, and `OutstandingWork.finish` when the
+prefill ends. Cost: O(replicas x prompt blocks) dictionary lookups plus O(replicas^2) tiny
+arithmetic in the relative scorers.
+
+pdserve's flow: decode pool (filters → scorers → picker) → decider (local or remote
+prefill) → if remote, prefill pool (filters → scorers → picker) → priority (cost bucket +
+client offset, aged). Decode is chosen first because a decode replica that already holds the
+prompt can skip the prefill pool and the KV transfer entirely.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from pdserve.router.policy.config import PolicyConfig, ScorerWeights
+from pdserve.router.policy.plugins import (
+    Filter,
+    HealthyFilter,
+    KVCapacityFilter,
+    KVUsageScorer,
+    LocalPrefillDecider,
+    MaxScorePicker,
+    OutstandingPrefillScorer,
+    PrefixOverlapScorer,
+    PriorityAssigner,
+    RunningRequestsScorer,
+    Scorer,
+    WeightedScorer,
+)
+from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.types import (
+    Candidate,
+    Decision,
+    NoReplicaError,
+    PolicyName,
+    PoolName,
+    ReplicaSnapshot,
+    RequestSummary,
+)
+
+__all__ = ["NoReplicaError", "PolicyConfig", "RoutingPolicy", "build_scorers"]
+
+
+def build_scorers(weights: ScorerWeights) -> tuple[WeightedScorer, ...]:
+    """The scorers with a weight > 0, in a fixed order. Add a new scorer here and as a field
+    of ScorerWeights named like its `name`."""
+    scorers: tuple[Scorer, ...] = (
+        PrefixOverlapScorer(),
+        OutstandingPrefillScorer(),
+        RunningRequestsScorer(),
+        KVUsageScorer(),
+    )
+    table = weights.model_dump()
+    return tuple(WeightedScorer(s, table[s.name]) for s in scorers if table[s.name] > 0)
+
+
+class RoutingPolicy:
+    """Builds the plugin pipeline from a PolicyConfig once; `decide` runs it per request.
+
+    Owns only the round-robin counters (one per pool). The prefix index and outstanding work
+    are passed in, so one router can share them across policies (the per-request override).
+    `rng`, if given, breaks score ties randomly instead of by lowest replica id.
+    """
+
+    def __init__(self, config: PolicyConfig | None = None, *, rng: random.Random | None = None):
+        self.config = config if config is not None else PolicyConfig()
+        cfg = self.config
+        self._cost = cfg.cost_model
+        self._block_size = cfg.block_size_tokens
+        self._filters: tuple[Filter, ...] = (
+            HealthyFilter(),
+            KVCapacityFilter(cfg.max_kv_cache_usage),
+        )
+        self._prefill_scorers = build_scorers(cfg.prefill_weights)
+        self._decode_scorers = build_scorers(cfg.decode_weights)
+        self._picker = MaxScorePicker(rng)
+        self._decider = LocalPrefillDecider(cfg.local_prefill_max_uncached_tokens)
+        self._priority = PriorityAssigner(cfg.priority_bucket_base_s, cfg.max_priority_levels)
+        self._rr_next: dict[PoolName, int] = {"prefill": 0, "decode": 0}
+
+    def decide(
+        self,
+        request: RequestSummary,
+        prefill: Sequence[ReplicaSnapshot],
+        decode: Sequence[ReplicaSnapshot],
+        index: PrefixIndex,
+        work: OutstandingWork,
+        now_s: float,
+        policy: PolicyName | None = None,
+    ) -> Decision:
+        """Choose the prefill replica (None = prefill locally on decode), the decode replica
+        and the engine priority for `request`.
+
+        `prefill` / `decode`: the latest snapshots of each pool (unhealthy ones are skipped;
+        replica ids must be unique across both pools). `policy` overrides the configured
+        policy for this request. Raises NoReplicaError when a needed pool has no healthy
+        replica, ValueError for an unknown policy or block hashes longer than the prompt.
+        """
+        name = self.config.policy if policy is None else policy
+        if len(request.block_hashes) * self._block_size > request.num_prompt_tokens:
+            raise ValueError(
+                f"request {request.request_id}: {len(request.block_hashes)} full blocks of "
+                f"{self._block_size} tokens exceed its {request.num_prompt_tokens} prompt tokens; "
+                "hash with the policy's block_size_tokens"
+            )
+        if name == "pdserve":
+            return self._pdserve(request, prefill, decode, index, work, now_s)
+        if name == "round_robin":
+            p, d = self._round_robin("prefill", prefill), self._round_robin("decode", decode)
+            return self._baseline(
+                name, request, p, d, index, work, "round_robin: prefill {p}, decode {d}"
+            )
+        if name == "least_loaded":
+            p, d = _least_loaded("prefill", prefill), _least_loaded("decode", decode)
+            return self._baseline(
+                name,
+                request,
+                p,
+                d,
+                index,
+                work,
+                "least_loaded: prefill {p} ({pl} requests), decode {d} ({dl})",
+            )
+        raise ValueError(f"unknown routing policy {name!r}: use pdserve, round_robin, least_loaded")
+
+    # ---- pdserve ----
+
+    def _pdserve(
+        self,
+        request: RequestSummary,
+        prefill: Sequence[ReplicaSnapshot],
+        decode: Sequence[ReplicaSnapshot],
+        index: PrefixIndex,
+        work: OutstandingWork,
+        now_s: float,
+    ) -> Decision:
+        d_pick = self._picker.pick(
+            request,
+            self._filtered("decode", request, decode, index, work),
+            self._decode_scorers,
+        )
+        d = d_pick.candidate
+        scores = d_pick.scores
+        if self._decider.prefill_locally(request, d):
+            uncached = request.num_prompt_tokens - d.num_cached_tokens
+            return Decision(
+                prefill_replica_id=None,
+                decode_replica_id=d.replica_id,
+                engine_priority=self._priority.assign(
+                    request,
+                    d.est_prefill_s,
+                    work.starving_priority(d.replica_id, now_s, self.config.aging_s),
+                ),
+                est_prefill_s=d.est_prefill_s,
+                num_cached_tokens=d.num_cached_tokens,
+                num_cached_tokens_decode=d.num_cached_tokens,
+                reason=(
+                    f"local: decode {d.replica_id} holds all but {uncached} tokens "
+                    f"(< {self._decider.max_uncached_tokens})"
+                ),
+                scores=scores,
+                policy="pdserve",
+            )
+        p_pick = self._picker.pick(
+            request,
+            self._filtered("prefill", request, prefill, index, work),
+            self._prefill_scorers,
+        )
+        p = p_pick.candidate
+        scores.update(p_pick.scores)
+        return Decision(
+            prefill_replica_id=p.replica_id,
+            decode_replica_id=d.replica_id,
+            engine_priority=self._priority.assign(
+                request,
+                p.est_prefill_s,
+                work.starving_priority(p.replica_id, now_s, self.config.aging_s),
+            ),
+            est_prefill_s=p.est_prefill_s,
+            num_cached_tokens=p.num_cached_tokens,
+            num_cached_tokens_decode=d.num_cached_tokens,
+            reason=(
+                f"remote: prefill {p.replica_id} has {p.num_cached_tokens // self._block_size}/"
+                f"{len(request.block_hashes)} blocks, est {p.est_prefill_s:.3f} s; "
+                f"decode {d.replica_id}"
+            ),
+            scores=scores,
+            policy="pdserve",
+        )
+
+    def _filtered(
+        self,
+        pool: PoolName,
+        request: RequestSummary,
+        snapshots: Sequence[ReplicaSnapshot],
+        index: PrefixIndex,
+        work: OutstandingWork,
+    ) -> list[Candidate]:
+        candidates = [self._candidate(pool, request, s, index, work) for s in snapshots]
+        for f in self._filters:
+            candidates = f.filter(request, candidates)
+        if not candidates:
+            raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
+        return candidates
+
+    def _candidate(
+        self,
+        pool: PoolName,
+        request: RequestSummary,
+        snap: ReplicaSnapshot,
+        index: PrefixIndex,
+        work: OutstandingWork,
+    ) -> Candidate:
+        """Evaluate one replica: cached prefix, own prefill estimate, queued prefill seconds.
+        Queued = max(this router's in-flight estimates, the snapshot's queued tokens costed
+        linearly): the first is fresher, the second also sees other routers' work."""
+        if snap.pool != pool:
+            raise ValueError(
+                f"replica {snap.replica_id} is a {snap.pool} replica, passed as {pool}"
+            )
+        cost = self._cost
+        blocks = index.num_cached_blocks(snap.replica_id, request.block_hashes)
+        cached = min(blocks * self._block_size, request.num_prompt_tokens)
+        return Candidate(
+            replica=snap,
+            num_cached_tokens=cached,
+            est_prefill_s=cost.est_prefill_s(request.num_prompt_tokens - cached, cached),
+            outstanding_prefill_s=max(
+                work.outstanding_s(snap.replica_id),
+                cost.est_backlog_s(snap.queued_prefill_tokens),
+            ),
+        )
+
+    # ---- baselines: always remote prefill, priority = client priority ----
+
+    def _round_robin(self, pool: PoolName, snapshots: Sequence[ReplicaSnapshot]) -> ReplicaSnapshot:
+        """Next healthy replica (sorted by id) for this pool; one counter per pool."""
+        healthy = sorted((s for s in snapshots if s.healthy), key=lambda s: s.replica_id)
+        if not healthy:
+            raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
+        i = self._rr_next[pool]
+        self._rr_next[pool] = i + 1
+        return healthy[i % len(healthy)]
+
+    def _baseline(
+        self,
+        name: PolicyName,
+        request: RequestSummary,
+        p_snap: ReplicaSnapshot,
+        d_snap: ReplicaSnapshot,
+        index: PrefixIndex,
+        work: OutstandingWork,
+        reason: str,
+    ) -> Decision:
+        p = self._candidate("prefill", request, p_snap, index, work)
+        d = self._candidate("decode", request, d_snap, index, work)
+        return Decision(
+            prefill_replica_id=p.replica_id,
+            decode_replica_id=d.replica_id,
+            engine_priority=request.client_priority,
+            est_prefill_s=p.est_prefill_s,
+            num_cached_tokens=p.num_cached_tokens,
+            num_cached_tokens_decode=d.num_cached_tokens,
+            reason=reason.format(
+                p=p.replica_id, d=d.replica_id, pl=_load(p_snap), dl=_load(d_snap)
+            ),
+            scores={
+                p.replica_id: {"load": float(_load(p_snap))},
+                d.replica_id: {"load": float(_load(d_snap))},
+            },
+            policy=name,
+        )
+
+
+def _load(s: ReplicaSnapshot) -> int:
+    n: int = s.num_running_requests + s.num_waiting_requests
+    return n
+
+
+def _least_loaded(pool: PoolName, snapshots: Sequence[ReplicaSnapshot]) -> ReplicaSnapshot:
+    """Fewest running + waiting requests among healthy replicas; ties by lowest replica id."""
+    healthy = [s for s in snapshots if s.healthy]
+    if not healthy:
+        raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
+    return min(healthy, key=lambda s: (_load(s), s.replica_id))

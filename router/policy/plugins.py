@@ -1,0 +1,279 @@
+"""The pieces of the pdserve pipeline: filters, scorers, one picker, the local-prefill decider
+and the priority assigner. All pure; the pipeline calls each once per request (scorers once per
+candidate), so each is a few arithmetic operations.
+
+Order per pool: filters narrow the candidates → scorers rate each in [0, 1] (1 = best) →
+the picker takes the highest weighted sum. For decode the decider then says whether the
+decode replica prefills locally; the priority assigner sets the engine priority last.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pdserve.router.policy.types import Candidate, RequestSummary
+
+TIE_TOLERANCE = 1e-9
+"""Weighted totals closer than this are a tie (identical replicas score identically up to
+float noise)."""
+
+# ---- filters ----
+
+
+class Filter(Protocol):
+    """Narrows the candidates of one pool. Returns a new list (maybe empty: the pipeline then
+    raises NoReplicaError). Must not reorder in a way callers rely on; no side effects."""
+
+    def filter(
+        self, request: RequestSummary, candidates: Sequence[Candidate]
+    ) -> list[Candidate]: ...
+
+
+class HealthyFilter:
+    """Keeps replicas whose snapshot says healthy."""
+
+    def filter(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[Candidate]:
+        return [c for c in candidates if c.replica.healthy]
+
+
+class KVCapacityFilter:
+    """Drops replicas whose KV cache usage is above `max_kv_cache_usage` (they would preempt or
+    queue), unless that would drop all of them: then all are kept and scorers decide."""
+
+    def __init__(self, max_kv_cache_usage: float) -> None:
+        if not 0.0 < max_kv_cache_usage <= 1.0:
+            raise ValueError(f"max_kv_cache_usage must be in (0, 1], got {max_kv_cache_usage}")
+        self.max_kv_cache_usage = max_kv_cache_usage
+
+    def filter(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[Candidate]:
+        kept = [c for c in candidates if c.replica.kv_cache_usage <= self.max_kv_cache_usage]
+        return kept if kept else list(candidates)
+
+
+# ---- scorers ----
+
+
+class Scorer(Protocol):
+    """Rates one candidate for one request in [0, 1], 1 = best. `all_candidates` (which
+    includes `candidate`) allows relative normalisation. Pure; called once per candidate per
+    request. `name` keys the weights in config and the Decision.scores table."""
+
+    @property
+    def name(self) -> str: ...
+
+    def score(
+        self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
+    ) -> float: ...
+
+
+def _clamp01(x: float) -> float:
+    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+
+
+class PrefixOverlapScorer:
+    """Fraction of the prompt already cached there: cached tokens / prompt tokens
+    (0 for an empty prompt). Absolute, not relative: 0.9 means 90 % of the prompt is reused."""
+
+    name = "prefix_overlap"
+
+    def score(
+        self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
+    ) -> float:
+        if request.num_prompt_tokens <= 0:
+            return 0.0
+        return _clamp01(candidate.num_cached_tokens / request.num_prompt_tokens)
+
+
+class OutstandingPrefillScorer:
+    """Who would finish this prefill first. x = outstanding_prefill_s + est_prefill_s (queued
+    work there plus this request's own cost there, given that replica's cache: roughly the
+    TTFT it would see). Score = min over candidates of x / this x: the best gets 1, a replica
+    where the prefill would finish twice as late gets 0.5. Relative and scale-free, so it
+    does not reward tiny differences (unlike 1 - x/max, which gives the worst 0 even when
+    all are within 1 %). x == 0 scores 1."""
+
+    name = "outstanding_prefill"
+
+    def score(
+        self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
+    ) -> float:
+        x = candidate.outstanding_prefill_s + candidate.est_prefill_s
+        if x <= 0.0:
+            return 1.0
+        best = min(c.outstanding_prefill_s + c.est_prefill_s for c in all_candidates)
+        return _clamp01(best / x)
+
+
+class RunningRequestsScorer:
+    """Fewer requests on the replica is better. n = running + waiting; score =
+    (1 + min n over candidates) / (1 + n): 1 for the least busy, 0.5 for one with twice the
+    (n + 1). The +1 keeps idle replicas comparable (0 vs 1 request is not infinitely worse)."""
+
+    name = "running_requests"
+
+    def score(
+        self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
+    ) -> float:
+        r = candidate.replica
+        n = r.num_running_requests + r.num_waiting_requests
+        best = min(
+            c.replica.num_running_requests + c.replica.num_waiting_requests for c in all_candidates
+        )
+        return _clamp01((1 + best) / (1 + n))
+
+
+class KVUsageScorer:
+    """Free KV cache: 1 - kv_cache_usage (absolute)."""
+
+    name = "kv_usage"
+
+    def score(
+        self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
+    ) -> float:
+        return _clamp01(1.0 - candidate.replica.kv_cache_usage)
+
+
+# ---- picker ----
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScorer:
+    """A scorer and its weight (>= 0) in the picker's sum."""
+
+    scorer: Scorer
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """The picker's choice and its inputs: replica id → scorer name → score, plus "total"."""
+
+    candidate: Candidate
+    scores: dict[str, dict[str, float]]
+
+
+class Picker(Protocol):
+    """Chooses exactly one candidate from a non-empty list. Called once per pool per request."""
+
+    def pick(
+        self,
+        request: RequestSummary,
+        candidates: Sequence[Candidate],
+        scorers: Sequence[WeightedScorer],
+    ) -> Pick: ...
+
+
+class MaxScorePicker:
+    """Highest weighted sum of scores wins. Ties (within TIE_TOLERANCE) go to the lowest
+    replica_id, or to a uniform choice among the tied with the injected `rng` if given."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng
+
+    def pick(
+        self,
+        request: RequestSummary,
+        candidates: Sequence[Candidate],
+        scorers: Sequence[WeightedScorer],
+    ) -> Pick:
+        if not candidates:
+            raise ValueError("MaxScorePicker.pick needs at least one candidate")
+        table: dict[str, dict[str, float]] = {}
+        totals: list[float] = []
+        for c in candidates:
+            row: dict[str, float] = {}
+            total = 0.0
+            for ws in scorers:
+                s = ws.scorer.score(request, c, candidates)
+                row[ws.scorer.name] = s
+                total += ws.weight * s
+            row["total"] = total
+            table[c.replica.replica_id] = row
+            totals.append(total)
+        top = max(totals)
+        tied = [c for c, t in zip(candidates, totals, strict=True) if top - t <= TIE_TOLERANCE]
+        if len(tied) == 1:
+            chosen = tied[0]
+        else:
+            tied.sort(key=lambda c: c.replica.replica_id)
+            chosen = self._rng.choice(tied) if self._rng is not None else tied[0]
+        return Pick(candidate=chosen, scores=table)
+
+
+# ---- decider ----
+
+
+class Decider(Protocol):
+    """Remote or local prefill, given the chosen decode candidate. Called once per request."""
+
+    def prefill_locally(self, request: RequestSummary, decode: Candidate) -> bool: ...
+
+
+class LocalPrefillDecider:
+    """Prefill on the decode replica itself when it already holds part of the prompt (at
+    least one cached block) and all but fewer than `local_prefill_max_uncached_tokens` of it
+    (prompt - cached_on_decode < N): extending a cached prefix locally is cheaper than a remote
+    prefill plus a KV transfer. A prompt the decode replica holds nothing of always goes to the
+    prefill pool, however short, so decode never computes prompts from scratch. N = 0 disables
+    local prefill."""
+
+    def __init__(self, local_prefill_max_uncached_tokens: int) -> None:
+        if local_prefill_max_uncached_tokens < 0:
+            raise ValueError(
+                "local_prefill_max_uncached_tokens must be >= 0, "
+                f"got {local_prefill_max_uncached_tokens}"
+            )
+        self.max_uncached_tokens = local_prefill_max_uncached_tokens
+
+    def prefill_locally(self, request: RequestSummary, decode: Candidate) -> bool:
+        if decode.num_cached_tokens <= 0:
+            return False
+        uncached: int = request.num_prompt_tokens - decode.num_cached_tokens
+        return uncached < self.max_uncached_tokens
+
+
+# ---- priority ----
+
+
+class PriorityAssigner:
+    """Engine priority (vLLM priority scheduling: lower value = served first), short first.
+
+    bucket = 0 if est_prefill_s <= base, else ceil(log2(est_prefill_s / base)), capped at
+    max_priority_levels - 1: with base 0.05 s, (0.05, 0.1] → 1, (0.1, 0.2] → 2, ...
+    priority = bucket + client_priority (the client's own offset, same convention).
+
+    Aging: `starving_priority` (from OutstandingWork.starving_priority for the replica that
+    will prefill) is the least urgent priority among that replica's prefills that have waited
+    longer than their estimate + aging_s. When set, the result is max(priority,
+    starving_priority): the new request no longer jumps ahead of starving ones (equal
+    priority is served in arrival order), so a long request waits at most until the queue
+    ahead of it drains. Aging can exceed the level cap; it never lowers a number.
+    """
+
+    def __init__(self, priority_bucket_base_s: float, max_priority_levels: int) -> None:
+        if priority_bucket_base_s <= 0:
+            raise ValueError(f"priority_bucket_base_s must be > 0, got {priority_bucket_base_s}")
+        if max_priority_levels < 1:
+            raise ValueError(f"max_priority_levels must be >= 1, got {max_priority_levels}")
+        self.base_s = priority_bucket_base_s
+        self.max_levels = max_priority_levels
+
+    def bucket(self, est_prefill_s: float) -> int:
+        """The cost bucket alone (0 = cheapest), before client offset and aging."""
+        if est_prefill_s <= self.base_s:
+            return 0
+        return min(self.max_levels - 1, math.ceil(math.log2(est_prefill_s / self.base_s)))
+
+    def assign(
+        self, request: RequestSummary, est_prefill_s: float, starving_priority: int | None
+    ) -> int:
+        """The engine priority for `request` given its estimated prefill seconds on the chosen
+        replica and that replica's starving priority (None: nothing starving)."""
+        priority: int = self.bucket(est_prefill_s) + request.client_priority
+        if starving_priority is not None and priority < starving_priority:
+            return starving_priority
+        return priority

@@ -1,0 +1,100 @@
+"""Router-local bookkeeping of in-flight prefills per replica (for load and aging).
+
+Writers: the router calls `start` when it sends a prefill to a replica (the prefill replica,
+or the decode replica when the decision is a local prefill) and `finish` when that prefill
+completes, fails or is cancelled (exactly once per `start`; a second `finish` returns False).
+Readers: the routing pipeline calls `outstanding_s` and `starving_priority` once per
+candidate replica per request. Times come from the caller (`now_s`, the router's monotonic
+clock), so this is pure bookkeeping with no clock of its own. Not thread-safe.
+
+This only sees the work this router sent. Other router replicas' work shows up in the
+replicas' snapshots (`queued_prefill_tokens`), which the pipeline combines with this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightPrefill:
+    """One prefill the router sent and has not seen finish."""
+
+    request_id: str
+    est_prefill_s: float
+    priority: int
+    start_s: float
+
+
+class OutstandingWork:
+    """In-flight prefills per replica, with a running sum of their estimated seconds."""
+
+    def __init__(self) -> None:
+        self._in_flight: dict[str, dict[str, InFlightPrefill]] = {}
+        self._sum_s: dict[str, float] = {}
+
+    def start(
+        self, replica_id: str, request_id: str, est_prefill_s: float, priority: int, now_s: float
+    ) -> None:
+        """Record a prefill sent to `replica_id` at `now_s` with its estimate and engine
+        priority. O(1). Raises ValueError if that request is already in flight there."""
+        reqs = self._in_flight.setdefault(replica_id, {})
+        if request_id in reqs:
+            raise ValueError(
+                f"request {request_id} is already in flight on {replica_id}; "
+                "call finish() before starting it again"
+            )
+        reqs[request_id] = InFlightPrefill(request_id, est_prefill_s, priority, now_s)
+        self._sum_s[replica_id] = self._sum_s.get(replica_id, 0.0) + est_prefill_s
+
+    def finish(self, replica_id: str, request_id: str) -> bool:
+        """Forget a prefill (done, failed or cancelled). O(1). Returns False when it was not
+        in flight (already finished, or its replica was forgotten), True otherwise."""
+        reqs = self._in_flight.get(replica_id)
+        if reqs is None:
+            return False
+        item = reqs.pop(request_id, None)
+        if item is None:
+            return False
+        if reqs:
+            self._sum_s[replica_id] = max(0.0, self._sum_s[replica_id] - item.est_prefill_s)
+        else:  # reset exactly, so float drift cannot accumulate
+            del self._in_flight[replica_id]
+            del self._sum_s[replica_id]
+        return True
+
+    def outstanding_s(self, replica_id: str) -> float:
+        """Sum of the estimates of prefills in flight on `replica_id` (0.0 if none). O(1).
+
+        Estimates are not reduced by elapsed time: a started prefill counts in full until it
+        finishes (the router cannot see how far the engine got)."""
+        return self._sum_s.get(replica_id, 0.0)
+
+    def num_in_flight(self, replica_id: str) -> int:
+        """How many prefills this router has in flight on `replica_id`. O(1)."""
+        return len(self._in_flight.get(replica_id, ()))
+
+    def starving_priority(self, replica_id: str, now_s: float, aging_s: float) -> int | None:
+        """The engine priority new requests to `replica_id` must not beat, or None.
+
+        A prefill is starving when it has been in flight longer than its own estimate plus
+        `aging_s` (`now_s - start_s > est_prefill_s + aging_s`). Returns the numerically
+        largest (least urgent) priority among the starving prefills, so a new request given a
+        priority >= it is queued behind every one of them (vLLM orders equal priorities by
+        arrival). None: nothing is starving, no cap. O(k) in the replica's in-flight count.
+        """
+        reqs = self._in_flight.get(replica_id)
+        if not reqs:
+            return None
+        worst: int | None = None
+        for item in reqs.values():
+            if now_s - item.start_s > item.est_prefill_s + aging_s and (
+                worst is None or item.priority > worst
+            ):
+                worst = item.priority
+        return worst
+
+    def forget_replica(self, replica_id: str) -> None:
+        """The replica is gone: drop its in-flight records (their finish() returns False)."""
+        self._in_flight.pop(replica_id, None)
+        self._sum_s.pop(replica_id, None)

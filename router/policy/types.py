@@ -1,0 +1,137 @@
+"""Plain frozen data the routing policy reads and returns. No behaviour beyond validation.
+
+The router builds a `RequestSummary` once per request (after tokenizing) and keeps a
+`ReplicaSnapshot` per replica, refreshed from the replicas' routing stats. The policy turns
+them into `Candidate`s (a replica evaluated for one request) and returns one `Decision`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+PolicyName = Literal["round_robin", "least_loaded", "pdserve"]
+"""Which routing policy decides: two baselines, or pdserve's cost- and cache-aware pipeline."""
+
+PoolName = Literal["prefill", "decode"]
+
+
+class NoReplicaError(RuntimeError):
+    """A pool the request needs has no healthy replica; the request cannot be served now.
+
+    `pool` says which one ("prefill" or "decode"). The router answers 503 with this message.
+    """
+
+    def __init__(self, pool: PoolName, detail: str = "") -> None:
+        self.pool = pool
+        msg = f"no healthy {pool} replica is available"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSummary:
+    """What the policy knows about one request. Built by the router once per request.
+
+    `block_hashes` are the router's chained hashes of the prompt's FULL blocks
+    (`block_size_tokens` tokens each), first block first: hash i covers tokens
+    [0, (i + 1) * block_size_tokens), so a hash match implies the whole prefix matches.
+    `client_priority` is the client's own priority (vLLM convention: lower is served first),
+    added as an offset to the engine priority. `arrival_time_s` uses the router's clock.
+    """
+
+    request_id: str
+    num_prompt_tokens: int
+    block_hashes: tuple[int, ...]
+    client_priority: int
+    arrival_time_s: float
+
+    def __post_init__(self) -> None:
+        if self.num_prompt_tokens < 0:
+            raise ValueError(
+                f"request {self.request_id}: num_prompt_tokens must be >= 0, "
+                f"got {self.num_prompt_tokens}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSnapshot:
+    """One replica's load as last reported (the router refreshes it; it may be slightly stale).
+
+    `queued_prefill_tokens` are prompt tokens waiting or being prefilled on the engine (all
+    senders, not only this router). `kv_cache_usage` is the fraction of KV blocks in use.
+    `healthy=False` takes the replica out of routing without forgetting its cache contents.
+    """
+
+    replica_id: str
+    pool: PoolName
+    num_running_requests: int
+    num_waiting_requests: int
+    kv_cache_usage: float
+    queued_prefill_tokens: int
+    healthy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.pool not in ("prefill", "decode"):
+            raise ValueError(
+                f"replica {self.replica_id}: pool must be 'prefill' or 'decode', got {self.pool!r}"
+            )
+        if not 0.0 <= self.kv_cache_usage <= 1.0:
+            raise ValueError(
+                f"replica {self.replica_id}: kv_cache_usage must be in [0, 1], "
+                f"got {self.kv_cache_usage}"
+            )
+        if (
+            min(self.num_running_requests, self.num_waiting_requests, self.queued_prefill_tokens)
+            < 0
+        ):
+            raise ValueError(f"replica {self.replica_id}: request/token counts must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A replica evaluated for one request (built by the pipeline, read by plugins).
+
+    `num_cached_tokens`: prompt tokens whose KV this replica already holds (longest cached
+    prefix). `est_prefill_s`: estimated seconds to prefill this request there, given that
+    cache. `outstanding_prefill_s`: estimated seconds of prefill work already queued there
+    (not counting this request).
+    """
+
+    replica: ReplicaSnapshot
+    num_cached_tokens: int
+    est_prefill_s: float
+    outstanding_prefill_s: float
+
+    @property
+    def replica_id(self) -> str:
+        return self.replica.replica_id
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where one request runs and at what engine priority. Returned by `RoutingPolicy.decide`.
+
+    `prefill_replica_id` None means: no remote prefill, the decode replica prefills locally
+    (it holds almost the whole prompt already). `engine_priority` follows vLLM's priority
+    scheduling: lower is served first. `est_prefill_s` and `num_cached_tokens` are for the
+    replica that prefills (the prefill replica, or the decode replica when local);
+    `num_cached_tokens_decode` is always the decode replica's. `reason` is a short human
+    string for logs and the request timeline; `scores` maps replica id → scorer name → value
+    (plus "total"), the inputs of the choice, for debugging. `policy` is the policy that
+    decided (after any per-request override).
+    """
+
+    prefill_replica_id: str | None
+    decode_replica_id: str
+    engine_priority: int
+    est_prefill_s: float
+    num_cached_tokens: int
+    num_cached_tokens_decode: int
+    reason: str
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    policy: PolicyName = "pdserve"
+
+    @property
+    def prefill_is_local(self) -> bool:
+        """True when the decode replica prefills the request itself (no KV transfer)."""
+        return self.prefill_replica_id is None

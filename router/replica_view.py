@@ -1,0 +1,126 @@
+"""The router's view of every prefill and decode replica: load snapshots and cached prefixes.
+
+Owned by the Router replica. The pool's Ray Serve request routers attach themselves here
+(`attach`); `refresh()` (called before each routing decision, cheap) turns their routing stats
+into policy `ReplicaSnapshot`s and keeps one KV-event subscriber per replica that publishes
+events, feeding the shared `PrefixIndex`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from pdserve.router.kv_events import KVEventSubscriber
+from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.policy.types import PoolName, ReplicaSnapshot
+
+
+class ReplicaSource(Protocol):
+    """A pool's request router: lists (replica id, routing stats)."""
+
+    def replicas(self) -> list[tuple[str, dict[str, Any]]]: ...
+
+
+class ReplicaView:
+    """Snapshots and prefix index for both pools. Not thread-safe; used on the router's loop."""
+
+    def __init__(self, index: PrefixIndex, refresh_interval_s: float = 0.05):
+        self.index = index
+        self._sources: dict[PoolName, ReplicaSource] = {}
+        self._snapshots: dict[PoolName, list[ReplicaSnapshot]] = {"prefill": [], "decode": []}
+        self._subscribers: dict[str, KVEventSubscriber] = {}
+        self._block_size = 0
+        self._refreshed_at = 0.0
+        self._refresh_interval_s = refresh_interval_s
+
+    def attach(self, pool: PoolName, source: ReplicaSource) -> None:
+        self._sources[pool] = source
+        self._refreshed_at = 0.0
+
+    @property
+    def ready(self) -> bool:
+        """True once both pools are attached and have replicas with a known block size."""
+        return bool(self._snapshots["prefill"] and self._snapshots["decode"] and self._block_size)
+
+    @property
+    def block_size_tokens(self) -> int:
+        return self._block_size
+
+    def snapshots(self, pool: PoolName) -> list[ReplicaSnapshot]:
+        return self._snapshots[pool]
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able picture of the view (GET /v1/pdserve/replicas)."""
+        self.refresh()
+        return {
+            "attached_pools": sorted(self._sources),
+            "ready": self.ready,
+            "block_size_tokens": self._block_size,
+            "prefix_index_mode": self.index.mode,
+            "pools": {
+                pool: [
+                    {
+                        "replica_id": s.replica_id,
+                        "running": s.num_running_requests,
+                        "waiting": s.num_waiting_requests,
+                        "kv_cache_usage": round(s.kv_cache_usage, 4),
+                        "cached_blocks": self.index.num_tracked_blocks(s.replica_id),
+                        "kv_events": s.replica_id in self._subscribers,
+                    }
+                    for s in snaps
+                ]
+                for pool, snaps in self._snapshots.items()
+            },
+        }
+
+    def refresh(self, now_s: float | None = None) -> None:
+        """Rebuild snapshots from the latest routing stats (at most every refresh_interval_s)."""
+        now = time.monotonic() if now_s is None else now_s
+        if now - self._refreshed_at < self._refresh_interval_s:
+            return
+        self._refreshed_at = now
+        alive: set[str] = set()
+        for pool, source in self._sources.items():
+            snaps = []
+            for replica_id, stats in source.replicas():
+                alive.add(replica_id)
+                snaps.append(
+                    ReplicaSnapshot(
+                        replica_id=replica_id,
+                        pool=pool,
+                        num_running_requests=int(stats.get("num_running_requests", 0)),
+                        num_waiting_requests=int(stats.get("num_waiting_requests", 0)),
+                        kv_cache_usage=min(1.0, max(0.0, float(stats.get("kv_cache_usage", 0.0)))),
+                        queued_prefill_tokens=int(stats.get("queued_prefill_tokens", 0)),
+                        healthy=bool(stats),
+                    )
+                )
+                self._track(replica_id, stats)
+            self._snapshots[pool] = snaps
+        for gone in set(self._subscribers) - alive:
+            self._forget(gone)
+
+    def _track(self, replica_id: str, stats: dict[str, Any]) -> None:
+        if stats.get("block_size_tokens"):
+            self._block_size = int(stats["block_size_tokens"])
+        if stats.get("num_kv_blocks"):
+            self.index.set_capacity(replica_id, int(stats["num_kv_blocks"]))
+        endpoint = stats.get("kv_events_endpoint")
+        if endpoint and self.index.mode == "events" and replica_id not in self._subscribers:
+            sub = KVEventSubscriber(replica_id, endpoint, self.index)
+            sub.start()
+            self._subscribers[replica_id] = sub
+
+    def _forget(self, replica_id: str) -> None:
+        sub = self._subscribers.pop(replica_id, None)
+        if sub is not None:
+            import asyncio
+
+            asyncio.get_running_loop().create_task(sub.close())
+        self.index.forget_replica(replica_id)
+
+    async def close(self) -> None:
+        for sub in self._subscribers.values():
+            await sub.close()
+        self._subscribers.clear()

@@ -1,0 +1,163 @@
+"""Report building: metrics, goodput, classes, agent totals, ratios, JSON fields (pure)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pdserve.bench.config import BenchConfig
+from pdserve.bench.models import PhaseOutcome, RequestResult
+from pdserve.bench.prompts import Calibration
+from pdserve.bench.report import build_metrics, build_report, compute_ratios, is_good
+
+
+def _result(i: int, **kw: Any) -> RequestResult:
+    base: dict[str, Any] = dict(
+        index=i, request_class="short", start_s=0.0, e2e_s=1.0, ttft_s=0.1, chunk_gaps_s=(0.1,),
+        prompt_tokens=100, completion_tokens=10, cached_tokens=0, text="x",
+    )  # fmt: skip
+    base.update(kw)
+    return RequestResult(**base)
+
+
+def test_tpot() -> None:
+    assert _result(0, e2e_s=1.0, ttft_s=0.1, completion_tokens=10).tpot_s == pytest.approx(0.1)
+    assert _result(0, completion_tokens=1).tpot_s is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "good"),
+    [
+        ({}, True),
+        ({"ttft_s": 2.5}, False),  # TTFT SLO 2 s missed
+        ({"e2e_s": 6.0, "ttft_s": 0.1}, False),  # TPOT (6 - 0.1) / 9 > 0.5 s
+        ({"completion_tokens": 1, "e2e_s": 9.0}, True),  # no TPOT to miss
+        ({"error": "HTTP 500"}, False),
+    ],
+)
+def test_goodput_per_request(kw: dict[str, Any], good: bool) -> None:
+    assert is_good(_result(0, **kw), BenchConfig()) is good
+
+
+def test_metrics() -> None:
+    results = [_result(i, ttft_s=0.1 * (i + 1), chunk_gaps_s=(0.01, 0.02)) for i in range(10)]
+    results.append(_result(10, error="HTTP 400: too long", status=400, ttft_s=None))
+    m = build_metrics(results, wall_s=2.0, cfg=BenchConfig())
+    assert (m.num_requests, m.num_errors) == (11, 1)
+    assert m.ttft_p50_s == pytest.approx(0.55)
+    assert m.ttft_p99_s == pytest.approx(0.991)
+    assert m.itl_p99_s == pytest.approx(0.02)
+    assert m.tpot_p50_s == pytest.approx((1.0 - 0.55) / 9)
+    assert m.requests_per_s == pytest.approx(5.0)  # completed requests / wall time
+    assert m.output_tokens_per_s == pytest.approx(50.0)
+    assert m.goodput_fraction == pytest.approx(10 / 11)
+
+
+def test_metrics_without_successes_are_none_not_zero() -> None:
+    m = build_metrics([_result(0, error="boom")], wall_s=1.0, cfg=BenchConfig())
+    assert m.ttft_p50_s is None and m.e2e_p99_s is None and m.goodput_fraction == 0.0
+
+
+def _mixed_phase(policy: str, ttft_scale: float, round_index: int = 0) -> PhaseOutcome:
+    results = [
+        _result(i, request_class="long" if i % 2 else "short", ttft_s=ttft_scale * (1 + i % 2))
+        for i in range(8)
+    ]
+    return PhaseOutcome(policy, round_index, tuple(results), wall_s=2.0)
+
+
+REQUIRED_POLICY_FIELDS = (
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p99_s", "tpot_p50_s", "e2e_p50_s",
+    "e2e_p99_s", "requests_per_s", "num_requests", "num_errors", "goodput_fraction",
+)  # fmt: skip
+
+
+def test_mixed_compare_report_json() -> None:
+    cfg = BenchConfig(workload="mixed", policies=("round_robin", "pdserve"), rounds=2)
+    phases = [
+        _mixed_phase("round_robin", 0.2, 0),
+        _mixed_phase("pdserve", 0.1, 0),
+        _mixed_phase("round_robin", 0.2, 1),
+        _mixed_phase("pdserve", 0.1, 1),
+    ]
+    report = build_report(cfg, "m", Calibration(1.2, 3.0), phases, interrupted=False)
+    data = json.loads(report.model_dump_json())
+    assert data["workload"] == "mixed" and data["url"] == cfg.url
+    assert data["config"]["policies"] == ["round_robin", "pdserve"]
+    assert list(data["policies"]) == ["round_robin", "pdserve"]
+    for policy in data["policies"].values():
+        for field in REQUIRED_POLICY_FIELDS:
+            assert field in policy
+        assert set(policy["classes"]) == {"short", "long"}
+        for cls in policy["classes"].values():
+            assert {"ttft_p50_s", "ttft_p90_s", "ttft_p99_s"} <= set(cls)
+    rr = data["policies"]["round_robin"]
+    assert rr["num_requests"] == 16 and rr["wall_s"] == 4.0  # pooled over two rounds
+    assert rr["classes"]["long"]["ttft_p50_s"] == pytest.approx(0.4)
+    ratios = data["ratios"]["pdserve/round_robin"]
+    assert ratios["ttft_p99_s"] == pytest.approx(0.5)
+    assert ratios["requests_per_s"] == pytest.approx(1.0)
+    assert ratios["classes"]["short"]["ttft_p50_s"] == pytest.approx(0.5)
+
+
+def test_single_policy_uses_default_key_and_no_ratios() -> None:
+    report = build_report(BenchConfig(), "m", None, [_mixed_phase("default", 0.1)], False)
+    assert list(report.policies) == ["default"] and report.ratios == {}
+
+
+def _agent_phase(policy: str, cached: list[int]) -> PhaseOutcome:
+    """2 agents x 3 steps; prompts 500, 950, 1400 tokens."""
+    results = [
+        _result(
+            a * 3 + s,
+            request_class="agent",
+            agent=a,
+            step=s,
+            prompt_tokens=500 + 450 * s,
+            cached_tokens=cached[s],
+            ttft_s=0.1 * (s + 1),
+            e2e_s=1.0,
+        )
+        for a in range(2)
+        for s in range(3)
+    ]
+    return PhaseOutcome(policy, 0, tuple(results), wall_s=3.0)
+
+
+def test_agent_totals_and_steps() -> None:
+    cfg = BenchConfig(workload="agent", policies=("a", "b"))
+    phases = [_agent_phase("a", [0, 0, 0]), _agent_phase("b", [0, 448, 896])]
+    data = json.loads(build_report(cfg, "m", None, phases, False).model_dump_json())
+    a, b = data["policies"]["a"], data["policies"]["b"]
+    assert a["prompt_tokens_total"] == 2 * (500 + 950 + 1400)
+    assert a["final_context_tokens_total"] == 2 * 1400
+    assert a["prefilled_tokens_total"] == a["prompt_tokens_total"]
+    assert b["cached_tokens_total"] == 2 * (448 + 896)
+    assert b["prefilled_tokens_total"] == 5700 - 2688
+    steps = b["steps"]
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    assert steps[1] == {
+        "step": 1, "num_requests": 2, "prompt_tokens_mean": 950.0, "cached_tokens_mean": 448.0,
+        "prefill_s_mean": pytest.approx(0.2), "decode_s_mean": pytest.approx(0.8),
+    }  # fmt: skip
+    assert data["ratios"]["b/a"]["prefilled_tokens_total"] == pytest.approx(3012 / 5700)
+
+
+def test_ratios_with_three_policies_use_the_first_as_base() -> None:
+    cfg = BenchConfig(policies=("a", "b", "c"))
+    phases = [_mixed_phase("a", 0.2), _mixed_phase("b", 0.1), _mixed_phase("c", 0.4)]
+    report = build_report(cfg, "m", None, phases, False)
+    ratios = compute_ratios(report.policies)
+    assert list(ratios) == ["b/a", "c/a"]
+    assert ratios["c/a"]["ttft_p50_s"] == pytest.approx(2.0)
+
+
+def test_errors_are_grouped() -> None:
+    results = [_result(i, error="HTTP 400: too long", status=400) for i in range(3)]
+    report = build_report(
+        BenchConfig(), "m", None, [PhaseOutcome("default", 0, tuple(results), 1.0)], False
+    )
+    errors = report.policies["default"].errors
+    assert [(e.message, e.status, e.count) for e in errors] == [("HTTP 400: too long", 400, 3)]

@@ -1,0 +1,52 @@
+"""Small builders for the policy's frozen data, with neutral defaults."""
+
+from __future__ import annotations
+
+from pdserve.router.policy import Candidate, PoolName, ReplicaSnapshot, RequestSummary
+
+BLOCK = 128
+
+
+def hashes(n: int, *, seed: int = 0) -> tuple[int, ...]:
+    """n distinct block hashes; different seeds give disjoint chains."""
+    return tuple(seed * 1_000_000 + i for i in range(n))
+
+
+def req(
+    num_prompt_tokens: int = 4096,
+    block_hashes: tuple[int, ...] | None = None,
+    *,
+    client_priority: int = 0,
+    request_id: str = "r",
+) -> RequestSummary:
+    if block_hashes is None:
+        block_hashes = hashes(num_prompt_tokens // BLOCK)
+    return RequestSummary(request_id, num_prompt_tokens, block_hashes, client_priority, 0.0)
+
+
+def snap(
+    replica_id: str,
+    pool: PoolName = "prefill",
+    *,
+    running: int = 0,
+    waiting: int = 0,
+    kv: float = 0.0,
+    queued: int = 0,
+    healthy: bool = True,
+) -> ReplicaSnapshot:
+    return ReplicaSnapshot(replica_id, pool, running, waiting, kv, queued, healthy)
+
+
+def cand(
+    replica_id: str,
+    *,
+    cached: int = 0,
+    est: float = 0.1,
+    outstanding: float = 0.0,
+    running: int = 0,
+    waiting: int = 0,
+    kv: float = 0.0,
+    healthy: bool = True,
+) -> Candidate:
+    s = snap(replica_id, running=running, waiting=waiting, kv=kv, healthy=healthy)
+    return Candidate(s, cached, est, outstanding)

@@ -1,0 +1,114 @@
+"""Cost model: defaults are monotone, fit recovers known coefficients, clamps negatives."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from pydantic import ValidationError
+
+from pdserve.router.policy import CostModel, DecodeSample, PrefillSample
+
+
+@pytest.mark.parametrize(
+    ("smaller", "larger"),
+    [
+        ((0, 0), (1, 0)),
+        ((100, 0), (1000, 0)),
+        ((1000, 0), (4096, 0)),
+        ((500, 0), (500, 3000)),  # same new tokens, more context to attend to
+        ((500, 3000), (3500, 0)),  # reuse beats recomputing the same total
+    ],
+)
+def test_default_prefill_estimate_is_monotone(
+    smaller: tuple[int, int], larger: tuple[int, int]
+) -> None:
+    cm = CostModel()
+    assert cm.est_prefill_s(*smaller) < cm.est_prefill_s(*larger)
+
+
+def test_default_prefill_estimate_is_demo_scale() -> None:
+    cm = CostModel()
+    assert cm.est_prefill_s(0, 0) == pytest.approx(0.02)
+    assert 0.3 < cm.est_prefill_s(4096, 0) < 1.0
+
+
+@pytest.mark.parametrize(
+    ("smaller", "larger"),
+    [((1, 0), (2, 0)), ((8, 1000), (8, 100_000)), ((1, 100_000), (64, 100_000))],
+)
+def test_default_decode_step_is_monotone(smaller: tuple[int, int], larger: tuple[int, int]) -> None:
+    cm = CostModel()
+    assert cm.est_decode_step_s(*smaller) < cm.est_decode_step_s(*larger)
+
+
+def test_negative_coefficient_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="per_token_s"):
+        CostModel(per_token_s=-1e-4)
+
+
+TRUE = CostModel(
+    fixed_overhead_s=0.03,
+    per_token_s=2e-4,
+    per_token_sq_s=3e-8,
+    decode_base_s=0.012,
+    decode_per_seq_s=7e-4,
+    decode_per_context_token_s=2e-7,
+)
+
+
+def _prefill_samples(model: CostModel, noise: float, rng: random.Random) -> list[PrefillSample]:
+    out = []
+    for u in (16, 64, 256, 512, 1024, 2048, 4096):
+        for c in (0, 512, 2048):
+            t = model.est_prefill_s(u, c) * (1 + rng.uniform(-noise, noise))
+            out.append(PrefillSample(u, c, t))
+    return out
+
+
+def _decode_samples(model: CostModel, noise: float, rng: random.Random) -> list[DecodeSample]:
+    out = []
+    for b in (1, 4, 16, 64):
+        for ctx_per_seq in (128, 1024, 4096):
+            ctx = b * ctx_per_seq
+            t = model.est_decode_step_s(b, ctx) * (1 + rng.uniform(-noise, noise))
+            out.append(DecodeSample(b, ctx, t))
+    return out
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.01])
+def test_fit_recovers_known_coefficients(noise: float) -> None:
+    rng = random.Random(7)
+    result = CostModel.fit(_prefill_samples(TRUE, noise, rng), _decode_samples(TRUE, noise, rng))
+    for name, want in TRUE.model_dump().items():
+        assert getattr(result.model, name) == pytest.approx(want, rel=0.05), name
+    assert result.notes == ()
+
+
+def test_fit_clamps_negative_coefficient_and_says_so() -> None:
+    # Time that falls with length (impossible, e.g. a warm-up artefact) on the linear term.
+    samples = [PrefillSample(u, 0, 0.5 - 1e-4 * u + 1e-8 * u * u / 2) for u in (0, 500, 1000, 2000)]
+    result = CostModel.fit(samples, [])
+    assert result.model.per_token_s == 0.0
+    assert result.model.fixed_overhead_s >= 0 and result.model.per_token_sq_s >= 0
+    assert any("per_token_s fitted negative" in n for n in result.notes)
+    assert any("no decode samples" in n for n in result.notes)
+    assert result.model.decode_base_s == CostModel().decode_base_s
+
+
+def test_fit_without_samples_keeps_base() -> None:
+    result = CostModel.fit([], [], base=TRUE)
+    assert result.model == TRUE
+    assert len(result.notes) == 2
+
+
+@pytest.mark.parametrize(
+    ("samples", "match"),
+    [
+        ([PrefillSample(10, 0, 0.1), PrefillSample(20, 0, 0.2)], "at least 3 samples"),
+        ([PrefillSample(100, 0, 0.1)] * 5, "vary the inputs"),
+    ],
+)
+def test_fit_rejects_undetermined_samples(samples: list[PrefillSample], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        CostModel.fit(samples, [])

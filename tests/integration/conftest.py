@@ -43,17 +43,18 @@ class Cluster:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0)
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """One sample's value from the router's /metrics (0 when absent)."""
+        """The sum of the samples of `name` whose labels include `labels` (0 when absent)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        total = 0.0
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name == name and all(
                     sample.labels.get(k) == v for k, v in (labels or {}).items()
                 ):
-                    return float(sample.value)
-        return 0.0
+                    total += float(sample.value)
+        return total
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:

@@ -32,7 +32,7 @@ lint: install-dev
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install-dev
-	$(VENV)/bin/mypy pdserve/config.py kv_transfer/params.py kv_transfer/connector_config.py router/openai_models.py
+	bash scripts/typecheck.sh $(VENV)
 
 unit: install-dev
 	$(PY) -m pytest tests/unit -q
@@ -40,9 +40,9 @@ unit: install-dev
 integration: install-dev
 	$(PY) -m pytest tests/integration -q
 
-## The whole suite: lint, types, unit tests, then the real cluster tests.
+## The whole suite: lint, types, unit + chart tests, then the real cluster tests.
 test: lint typecheck
-	$(PY) -m pytest tests -q -ra
+	$(PY) -m pytest tests -q -ra -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mypy_tree

@@ -33,6 +33,21 @@ class SamplingOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineTimes:
+    """One request's timestamps inside one engine (the engine's monotonic clock, seconds).
+
+    Only differences between these three are meaningful off the engine's host.
+    """
+
+    queued_s: float
+    """The request entered the engine's queue."""
+    scheduled_s: float
+    """The engine first scheduled it (for a decode with remote prefill: its KV had arrived)."""
+    first_token_s: float
+    """The engine produced its first token (prefill finished)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PrefillRequest:
     """Router → prefill server: compute the prompt's KV and hold it for a decode pull."""
 
@@ -51,6 +66,7 @@ class PrefillResult:
     num_prompt_tokens: int
     num_cached_tokens: int
     """Prompt tokens the prefill engine found in its prefix cache instead of computing."""
+    engine_times: EngineTimes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +111,5 @@ class DecodeChunk:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     """Prompt tokens the serving prefill (remote or local) took from a prefix cache."""
+    engine_times: EngineTimes | None = None
+    """Set on the first chunk only: the decode engine's times for this request."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, get_args
 
@@ -27,6 +28,8 @@ from pdserve.router.service import CompletionService, Generation, PreparedReques
 _DONE = "[DONE]"
 POLICY_HEADER = "x-pdserve-policy"
 DECISION_HEADER = "x-pdserve-decision"
+TIMING_HEADER = "x-pdserve-timing"
+REQUEST_ID_HEADER = "x-request-id"
 T = TypeVar("T")
 
 
@@ -93,21 +96,40 @@ def build_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
-        prepared = _guard(metrics, "chat", lambda: service.prepare_chat(body))
+        arrival = time.monotonic()
+        rid = _request_id(request)
+        prepared = _guard(metrics, "chat", lambda: service.prepare_chat(body, rid))
         policy = _guard(metrics, "chat", lambda: policy_of(request))
         return await _serve(
-            service, metrics, "chat", prepared, policy, body.stream, _include_usage(body)
+            service, metrics, "chat", prepared, policy, body.stream, _include_usage(body), arrival
         )
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        prepared = _guard(metrics, "completion", lambda: service.prepare_completion(body))
+        arrival = time.monotonic()
+        rid = _request_id(request)
+        prepared = _guard(metrics, "completion", lambda: service.prepare_completion(body, rid))
         policy = _guard(metrics, "completion", lambda: policy_of(request))
         return await _serve(
-            service, metrics, "completion", prepared, policy, body.stream, _include_usage(body)
+            service,
+            metrics,
+            "completion",
+            prepared,
+            policy,
+            body.stream,
+            _include_usage(body),
+            arrival,
         )
 
     return app
+
+
+def _request_id(request: Request) -> str:
+    """The client's x-request-id when it sent a usable one, else a new id."""
+    rid = request.headers.get(REQUEST_ID_HEADER, "")
+    if rid and len(rid) <= 128 and rid.isprintable():
+        return rid
+    return uuid.uuid4().hex
 
 
 def _include_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
@@ -147,10 +169,11 @@ async def _serve(
     policy: PolicyName | None,
     stream: bool,
     include_usage: bool,
+    arrival_s: float,
 ) -> Response:
     created = int(time.time())
     try:
-        generation = await service.generate(prepared, policy)
+        generation = await service.generate(prepared, policy, arrival_s)
     except OpenAIError as exc:
         metrics.requests.labels(kind, "none", str(exc.status)).inc()
         raise
@@ -158,7 +181,7 @@ async def _serve(
         metrics.requests.labels(kind, "none", "500").inc()
         raise
     decision = generation.decision_label
-    headers = _decision_header(generation)
+    headers = {REQUEST_ID_HEADER: prepared.request_id, **_decision_header(generation)}
     builder = ResponseBuilder(
         kind=kind,
         request_id=prepared.request_id,
@@ -175,18 +198,36 @@ async def _serve(
             metrics.requests.labels(kind, decision, "500").inc()
             raise
         metrics.requests.labels(kind, decision, "200").inc()
+        headers[TIMING_HEADER] = _dumps(generation.timeline.stages())
         return JSONResponse(builder.body(), headers=headers)
+
+    # Wait for the first token before answering, so the timing header can carry the TTFT
+    # breakdown and a failure before the first token is a proper HTTP error.
+    chunks = generation.chunks.__aiter__()
+    try:
+        first = await anext(chunks)
+    except StopAsyncIteration:
+        first = None
+    except Exception:
+        metrics.requests.labels(kind, decision, "500").inc()
+        raise
+    headers[TIMING_HEADER] = _dumps(generation.timeline.stages())
 
     async def events() -> AsyncIterator[str]:
         status = "200"
         try:
             if kind == "chat":
                 yield _dumps(builder.first_chat_chunk())
-            async for chunk in generation.chunks:
+            if first is not None:
+                builder.add(first)
+                yield _dumps(builder.stream_chunk(first))
+            async for chunk in chunks:
                 builder.add(chunk)
                 yield _dumps(builder.stream_chunk(chunk))
             if include_usage:
-                yield _dumps(builder.usage_chunk())
+                final = builder.usage_chunk()
+                final["pdserve_timing"] = generation.timeline.stages()
+                yield _dumps(final)
             yield _DONE
         except asyncio.CancelledError:
             status = "499"  # the client went away; cancellation aborts both engines

@@ -11,6 +11,7 @@ from pdserve.config import PdserveConfig
 from pdserve.model_source import resolve_model
 from pdserve.router.app import build_app
 from pdserve.router.dispatch import RayServeDispatcher
+from pdserve.router.kv_size import kv_bytes_per_token
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.placement import Placer
 from pdserve.router.policy.prefix_index import PrefixIndex
@@ -34,9 +35,17 @@ class Router:
             mode = "events" if uses_events else "approximate"
         self._view = ReplicaView(PrefixIndex(mode=mode))
         placer = Placer(self._config.router.policy_config(), self._view)
-        renderer = PromptRenderer(resolve_model(self._config.model))
+        model_path = resolve_model(self._config.model)
+        renderer = PromptRenderer(model_path)
         self._service = CompletionService(
-            self._config, renderer, self._dispatcher, self._metrics, placer
+            self._config,
+            renderer,
+            self._dispatcher,
+            self._metrics,
+            placer,
+            kv_bytes_per_token=kv_bytes_per_token(
+                renderer.model_config(), self._config.model.dtype
+            ),
         )
 
     def attach_request_router(self, pool: str, source: ReplicaSource) -> None:

@@ -6,6 +6,7 @@ request. It raises `OpenAIError` for anything the client must fix; it never form
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,11 +16,13 @@ from pdserve.config import PdserveConfig
 from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, SamplingOptions
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
+from pdserve.router.metric_catalog import input_bucket
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.placement import Placer
 from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName
 from pdserve.router.prompts import PromptRenderer
+from pdserve.router.timeline import Timeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,7 @@ class PreparedRequest:
     """A validated, tokenized request, ready to dispatch."""
 
     request_id: str
+    engine_request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingOptions
     priority: int
@@ -42,6 +46,7 @@ class Generation:
     chunks: AsyncIterator[DecodeChunk]
     decision: Decision | None
     """None when placed by Ray Serve's load balancing (replica view not ready yet)."""
+    timeline: Timeline
 
     @property
     def decision_label(self) -> str:
@@ -60,13 +65,20 @@ class CompletionService:
         dispatcher: Dispatcher,
         metrics: RouterMetrics,
         placer: Placer | None = None,
+        kv_bytes_per_token: int = 0,
     ):
         self._config = config
         self._renderer = renderer
         self._dispatcher = dispatcher
         self._metrics = metrics
         self._placer = placer
+        self._kv_bytes_per_token = kv_bytes_per_token
         self._vocab_size = renderer.vocab_size()
+
+    def _block_bytes(self) -> int:
+        """Bytes one KV block holds (blocks read per handoff x this = bytes moved)."""
+        block = self._placer.view.block_size_tokens if self._placer is not None else 0
+        return self._kv_bytes_per_token * block
 
     def replicas(self) -> dict[str, Any]:
         """The router's view of the replicas (for operators and `pdserve top`)."""
@@ -87,12 +99,14 @@ class CompletionService:
                 code="model_not_found",
             )
 
-    def prepare_chat(self, req: ChatCompletionRequest) -> PreparedRequest:
+    def prepare_chat(self, req: ChatCompletionRequest, request_id: str) -> PreparedRequest:
         self._check_common(req.model, req.unsupported_reason())
         ids = self._renderer.render_chat(req.messages, req.add_generation_prompt)
-        return self._prepare(ids, req, req.requested_max_tokens(), req.num_logprobs(), "messages")
+        return self._prepare(
+            request_id, ids, req, req.requested_max_tokens(), req.num_logprobs(), "messages"
+        )
 
-    def prepare_completion(self, req: CompletionRequest) -> PreparedRequest:
+    def prepare_completion(self, req: CompletionRequest, request_id: str) -> PreparedRequest:
         self._check_common(req.model, req.unsupported_reason())
         prompt = req.single_prompt()
         if isinstance(prompt, str):
@@ -110,7 +124,7 @@ class CompletionService:
                     param="prompt",
                 )
             ids = prompt
-        return self._prepare(ids, req, req.max_tokens, req.logprobs, "prompt")
+        return self._prepare(request_id, ids, req, req.max_tokens, req.logprobs, "prompt")
 
     def _check_common(self, model: str, unsupported: tuple[str, str] | None) -> None:
         self.check_model(model)
@@ -120,6 +134,7 @@ class CompletionService:
 
     def _prepare(
         self,
+        request_id: str,
         ids: list[int],
         req: ChatCompletionRequest | CompletionRequest,
         max_tokens: int | None,
@@ -169,21 +184,28 @@ class CompletionService:
             num_logprobs=num_logprobs,
         )
         return PreparedRequest(
-            request_id=uuid.uuid4().hex,
+            request_id=request_id,
+            # Engine ids must be unique even when a client reuses its x-request-id.
+            engine_request_id=f"{request_id}-{uuid.uuid4().hex[:8]}",
             prompt_token_ids=ids,
             sampling=sampling,
             priority=req.priority,
         )
 
     async def generate(
-        self, prepared: PreparedRequest, policy: PolicyName | None = None
+        self,
+        prepared: PreparedRequest,
+        policy: PolicyName | None = None,
+        arrival_s: float | None = None,
     ) -> Generation:
         """Place the request, prefill (remotely, or locally on decode), and return the decode
-        stream. `policy` overrides the configured routing policy for this request.
+        stream. `policy` overrides the configured routing policy for this request;
+        `arrival_s` (router monotonic clock) starts its timeline.
 
         Raises before the first chunk if placement or the prefill fails; the caller iterates
-        `chunks`.
+        `chunks`, which also completes the timeline and the latency metrics.
         """
+        timeline = Timeline(arrival_s=time.monotonic() if arrival_s is None else arrival_s)
         decision = None
         if self._placer is not None:
             try:
@@ -194,10 +216,13 @@ class CompletionService:
                 raise OpenAIError(503, str(exc), code="no_replica") from exc
         priority = decision.engine_priority if decision is not None else prepared.priority
         decode_target = decision.decode_replica_id if decision is not None else None
+        num_prompt = len(prepared.prompt_token_ids)
+        timeline.prefill_dispatched_s = time.monotonic()
         if decision is not None and decision.prefill_is_local:
+            timeline.local_prefill = True
             chunks = self._dispatcher.decode(
                 DecodeRequest(
-                    request_id=f"{prepared.request_id}-d",
+                    request_id=f"{prepared.engine_request_id}-d",
                     prompt_token_ids=prepared.prompt_token_ids,
                     sampling=prepared.sampling,
                     handoff=None,
@@ -205,19 +230,19 @@ class CompletionService:
                     target_replica_id=decode_target,
                 )
             )
-            num_prompt = len(prepared.prompt_token_ids)
             return Generation(
                 num_prompt_tokens=num_prompt,
                 num_cached_tokens=None,
-                chunks=self._local_prefill_done(
-                    self._count(chunks, num_prompt, None), decision, prepared.request_id
+                chunks=self._observe(
+                    chunks, timeline, num_prompt, None, 0, prepared.request_id, decision
                 ),
                 decision=decision,
+                timeline=timeline,
             )
         try:
             result = await self._dispatcher.prefill(
                 PrefillRequest(
-                    request_id=f"{prepared.request_id}-p",
+                    request_id=f"{prepared.engine_request_id}-p",
                     prompt_token_ids=prepared.prompt_token_ids,
                     priority=priority,
                     target_replica_id=decision.prefill_replica_id if decision else None,
@@ -226,9 +251,11 @@ class CompletionService:
         finally:
             if self._placer is not None:
                 self._placer.prefill_done(decision, prepared.request_id)
+        timeline.prefill_returned_s = time.monotonic()
+        timeline.prefill_engine = result.engine_times
         chunks = self._dispatcher.decode(
             DecodeRequest(
-                request_id=f"{prepared.request_id}-d",
+                request_id=f"{prepared.engine_request_id}-d",
                 prompt_token_ids=prepared.prompt_token_ids,
                 sampling=prepared.sampling,
                 handoff=result.handoff,
@@ -236,44 +263,81 @@ class CompletionService:
                 target_replica_id=decode_target,
             )
         )
+        kv_bytes = result.handoff.num_blocks * self._block_bytes()
         return Generation(
             num_prompt_tokens=result.num_prompt_tokens,
             num_cached_tokens=result.num_cached_tokens,
-            chunks=self._count(chunks, result.num_prompt_tokens, result.num_cached_tokens),
+            chunks=self._observe(
+                chunks,
+                timeline,
+                result.num_prompt_tokens,
+                result.num_cached_tokens,
+                kv_bytes,
+                prepared.request_id,
+            ),
             decision=decision,
+            timeline=timeline,
         )
 
-    async def _local_prefill_done(
-        self, chunks: AsyncIterator[DecodeChunk], decision: Decision, request_id: str
+    async def _observe(
+        self,
+        chunks: AsyncIterator[DecodeChunk],
+        timeline: Timeline,
+        num_prompt: int,
+        num_cached: int | None,
+        kv_bytes: int,
+        request_id: str,
+        local: Decision | None = None,
     ) -> AsyncIterator[DecodeChunk]:
-        """Marks a local prefill finished at the first token (or when the stream ends)."""
-        done = False
+        """Marks the timeline and counts tokens as chunks pass; observes the latency
+        histograms when the stream ends normally. `num_cached` None (with `local` set) means
+        a local prefill: the cached count comes from the decode engine's first chunk, there
+        is no KV handoff, and the placer hears the prefill ended at the first token."""
+        m = self._metrics
+        first = True
         try:
             async for chunk in chunks:
-                if not done and self._placer is not None:
-                    done = True
-                    self._placer.prefill_done(decision, request_id)
+                now = time.monotonic()
+                if first:
+                    first = False
+                    timeline.first_token_s = now
+                    timeline.decode_engine = chunk.engine_times
+                    if local is not None and self._placer is not None:
+                        self._placer.prefill_done(local, request_id)
+                    if num_cached is None:
+                        m.cached_prompt_tokens.inc(chunk.num_cached_tokens)
+                    else:
+                        # The decode engine only produces a token after the KV pull
+                        # succeeded (kv_load_failure_policy=fail): a completed handoff.
+                        m.kv_transfers.inc()
+                        m.cached_prompt_tokens.inc(num_cached)
+                    m.prompt_tokens.inc(num_prompt)
+                timeline.token_times_s.append(now)
+                m.generation_tokens.inc(len(chunk.token_ids))
                 yield chunk
+            timeline.last_token_s = time.monotonic()
         finally:
-            if not done and self._placer is not None:
-                self._placer.prefill_done(decision, request_id)
+            if first and local is not None and self._placer is not None:
+                self._placer.prefill_done(local, request_id)
+        self._record(timeline, num_prompt, kv_bytes)
 
-    async def _count(
-        self, chunks: AsyncIterator[DecodeChunk], num_prompt: int, num_cached: int | None
-    ) -> AsyncIterator[DecodeChunk]:
-        """Counts tokens; `num_cached` None means a local prefill (cached count comes from the
-        decode engine's own first chunk, and there is no KV handoff)."""
-        first = True
-        async for chunk in chunks:
-            if first:
-                first = False
-                if num_cached is None:
-                    self._metrics.cached_prompt_tokens.inc(chunk.num_cached_tokens)
-                else:
-                    # The decode engine only produces a token after the KV pull succeeded
-                    # (kv_load_failure_policy=fail): the first chunk marks a completed handoff.
-                    self._metrics.kv_transfers.inc()
-                    self._metrics.cached_prompt_tokens.inc(num_cached)
-                self._metrics.prompt_tokens.inc(num_prompt)
-            self._metrics.generation_tokens.inc(len(chunk.token_ids))
-            yield chunk
+    def _record(self, timeline: Timeline, num_prompt: int, kv_bytes: int) -> None:
+        m = self._metrics
+        bucket = input_bucket(num_prompt)
+        decision = "local_prefill" if timeline.local_prefill else "remote_prefill"
+        stages = timeline.stages()
+        ttft, e2e = timeline.ttft_s(), timeline.e2e_s()
+        if ttft is not None:
+            m.ttft.labels(bucket, decision).observe(ttft)
+        if e2e is not None:
+            m.e2e.labels(bucket, decision).observe(e2e)
+        m.queue_time.labels("prefill").observe(
+            stages.get("router_queue", 0.0) + stages.get("prefill_queue", 0.0)
+        )
+        if "prefill" in stages:
+            m.prefill_time.labels(bucket, decision).observe(stages["prefill"])
+        if not timeline.local_prefill:
+            m.kv_transfer_seconds.observe(stages.get("kv_transfer", 0.0))
+            m.kv_transfer_bytes.observe(kv_bytes)
+        for gap in timeline.inter_token_s():
+            m.itl.observe(gap)

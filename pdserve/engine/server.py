@@ -22,6 +22,7 @@ from pdserve.kv_transfer.ports import pick_free_port
 from pdserve.messages import (
     DecodeChunk,
     DecodeRequest,
+    EngineTimes,
     PrefillRequest,
     PrefillResult,
     SamplingOptions,
@@ -86,6 +87,17 @@ def _sampling_params(options: SamplingOptions) -> Any:
         skip_special_tokens=options.skip_special_tokens,
         logprobs=options.num_logprobs,
         output_kind=RequestOutputKind.DELTA,
+    )
+
+
+def _engine_times(output: Any) -> EngineTimes | None:
+    m = getattr(output, "metrics", None)
+    if m is None or not getattr(m, "first_token_ts", 0.0):
+        return None
+    return EngineTimes(
+        queued_s=m.queued_ts or m.scheduled_ts,
+        scheduled_s=m.scheduled_ts,
+        first_token_s=m.first_token_ts,
     )
 
 
@@ -195,6 +207,7 @@ class EngineServer:
             handoff=KVHandoff.from_vllm(final.kv_transfer_params),
             num_prompt_tokens=len(request.prompt_token_ids),
             num_cached_tokens=final.num_cached_tokens or 0,
+            engine_times=_engine_times(final),
         )
 
     async def decode(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
@@ -209,6 +222,7 @@ class EngineServer:
             params.extra_args = {"kv_transfer_params": request.handoff.to_decode_params()}
         k = request.sampling.num_logprobs
         num_prompt = len(request.prompt_token_ids)
+        first = True
         async for output in self._engine.generate(
             TokensPrompt(prompt_token_ids=request.prompt_token_ids),
             params,
@@ -230,7 +244,9 @@ class EngineServer:
                 stop_reason=completion.stop_reason if output.finished else None,
                 num_prompt_tokens=num_prompt,
                 num_cached_tokens=output.num_cached_tokens or 0,
+                engine_times=_engine_times(output) if first else None,
             )
+            first = False
 
     def shutdown(self) -> None:
         """Stop the engine process now (idempotent; safe from `__del__`)."""

@@ -83,6 +83,23 @@ class PolicyConfig(_Strict):
             "tokens; 0 always prefills remotely."
         ),
     )
+    lanes: bool = Field(
+        default=True,
+        description=(
+            "Keep short prefills off prefill replicas busy with long ones (long requests pack "
+            "onto a long lane until its backlog passes lane_max_long_backlog_s)."
+        ),
+    )
+    lane_long_prefill_s: float = Field(
+        default=0.1,
+        gt=0,
+        description="A request whose estimated prefill is at least this is 'long' for lanes.",
+    )
+    lane_max_long_backlog_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Estimated queued seconds past which long requests spill off their lane.",
+    )
     priority_bucket_base_s: float = Field(
         default=0.05,
         gt=0,

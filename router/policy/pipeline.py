@@ -24,6 +24,7 @@ from pdserve.router.policy.plugins import (
     HealthyFilter,
     KVCapacityFilter,
     KVUsageScorer,
+    LaneFilter,
     LocalPrefillDecider,
     MaxScorePicker,
     OutstandingPrefillScorer,
@@ -77,6 +78,9 @@ class RoutingPolicy:
         self._filters: tuple[Filter, ...] = (
             HealthyFilter(),
             KVCapacityFilter(cfg.max_kv_cache_usage),
+        )
+        self._lane = (
+            LaneFilter(cfg.lane_long_prefill_s, cfg.lane_max_long_backlog_s) if cfg.lanes else None
         )
         self._prefill_scorers = build_scorers(cfg.prefill_weights)
         self._decode_scorers = build_scorers(cfg.decode_weights)
@@ -206,6 +210,8 @@ class RoutingPolicy:
         candidates = [self._candidate(pool, request, s, index, work) for s in snapshots]
         for f in self._filters:
             candidates = f.filter(request, candidates)
+        if pool == "prefill" and self._lane is not None:
+            candidates = self._lane.filter(request, candidates)
         if not candidates:
             raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
         return candidates
@@ -235,6 +241,9 @@ class RoutingPolicy:
             outstanding_prefill_s=max(
                 work.outstanding_s(snap.replica_id),
                 cost.est_backlog_s(snap.queued_prefill_tokens),
+            ),
+            num_long_in_flight=work.num_long_in_flight(
+                snap.replica_id, self.config.lane_long_prefill_s
             ),
         )
 

@@ -54,6 +54,37 @@ class KVCapacityFilter:
         return kept if kept else list(candidates)
 
 
+class LaneFilter:
+    """Keeps short prefills out from behind long ones (prefill pool only).
+
+    A request is long when its cheapest estimate over the candidates is >= `long_prefill_s`.
+    - Short: keep replicas with no long prefill in flight, if there are any.
+    - Long: keep replicas that already run long prefills and whose queued work is under
+      `max_long_backlog_s`, if there are any — long work packs onto a "long lane" while
+      other replicas stay free for short requests; past the backlog bound it spills over.
+    Otherwise all candidates are kept and the scorers decide."""
+
+    def __init__(self, long_prefill_s: float, max_long_backlog_s: float) -> None:
+        if long_prefill_s <= 0 or max_long_backlog_s <= 0:
+            raise ValueError("long_prefill_s and max_long_backlog_s must be > 0")
+        self.long_prefill_s = long_prefill_s
+        self.max_long_backlog_s = max_long_backlog_s
+
+    def is_long(self, candidates: Sequence[Candidate]) -> bool:
+        return bool(candidates) and min(c.est_prefill_s for c in candidates) >= self.long_prefill_s
+
+    def filter(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[Candidate]:
+        if self.is_long(candidates):
+            kept = [
+                c
+                for c in candidates
+                if c.num_long_in_flight > 0 and c.outstanding_prefill_s < self.max_long_backlog_s
+            ]
+        else:
+            kept = [c for c in candidates if c.num_long_in_flight == 0]
+        return kept if kept else list(candidates)
+
+
 # ---- scorers ----
 
 

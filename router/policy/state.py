@@ -70,6 +70,14 @@ class OutstandingWork:
         finishes (the router cannot see how far the engine got)."""
         return self._sum_s.get(replica_id, 0.0)
 
+    def num_long_in_flight(self, replica_id: str, long_prefill_s: float) -> int:
+        """How many in-flight prefills on `replica_id` were estimated at >= long_prefill_s.
+        O(k) in the replica's in-flight count."""
+        reqs = self._in_flight.get(replica_id)
+        if not reqs:
+            return 0
+        return sum(1 for item in reqs.values() if item.est_prefill_s >= long_prefill_s)
+
     def num_in_flight(self, replica_id: str) -> int:
         """How many prefills this router has in flight on `replica_id`. O(1)."""
         return len(self._in_flight.get(replica_id, ()))

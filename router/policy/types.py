@@ -101,6 +101,8 @@ class Candidate:
     num_cached_tokens: int
     est_prefill_s: float
     outstanding_prefill_s: float
+    num_long_in_flight: int = 0
+    """Long prefills (estimated >= the lane threshold) this router has in flight there."""
 
     @property
     def replica_id(self) -> str:

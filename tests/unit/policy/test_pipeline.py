@@ -67,8 +67,27 @@ def test_short_request_avoids_prefill_replica_with_long_backlog() -> None:
     work.start("p1", "small", 0.1, 0, now_s=0.0)
     d = RoutingPolicy().decide(req(1024), PREFILL, DECODE, PrefixIndex(), work, now_s=0.0)
     assert d.prefill_replica_id == "p1"
+    assert "p0" not in d.scores, "the lane filter keeps short work off the long lane"
+    # Without lanes, the outstanding-work scorer alone makes the same choice.
+    no_lanes = RoutingPolicy(PolicyConfig(lanes=False))
+    d = no_lanes.decide(req(1024), PREFILL, DECODE, PrefixIndex(), work, now_s=0.0)
+    assert d.prefill_replica_id == "p1"
     assert d.scores["p1"]["outstanding_prefill"] == 1.0
     assert d.scores["p0"]["outstanding_prefill"] < 0.1
+
+
+def test_long_requests_pack_onto_the_long_lane_until_its_backlog_bound() -> None:
+    policy, index, work = RoutingPolicy(), PrefixIndex(), OutstandingWork()
+    first = policy.decide(req(4096), PREFILL, DECODE, index, work, 0.0)
+    assert first.prefill_replica_id is not None
+    work.start(first.prefill_replica_id, "l1", first.est_prefill_s, 5, now_s=0.0)
+    second = policy.decide(req(4096, ()), PREFILL, DECODE, index, work, 0.0)
+    assert second.prefill_replica_id == first.prefill_replica_id
+    short = policy.decide(req(64, ()), PREFILL, DECODE, index, work, 0.0)
+    assert short.prefill_replica_id != first.prefill_replica_id
+    work.start(first.prefill_replica_id, "l2", 5.0, 5, now_s=0.0)  # lane now over 2 s
+    spill = policy.decide(req(4096, ()), PREFILL, DECODE, index, work, 0.0)
+    assert spill.prefill_replica_id != first.prefill_replica_id
 
 
 def test_other_routers_backlog_in_snapshot_counts_too() -> None:

@@ -6,11 +6,12 @@ import random
 
 import pytest
 
-from pdserve.router.policy import Candidate
+from pdserve.router.policy import Candidate, ReplicaSnapshot
 from pdserve.router.policy.plugins import (
     HealthyFilter,
     KVCapacityFilter,
     KVUsageScorer,
+    LaneFilter,
     LocalPrefillDecider,
     MaxScorePicker,
     OutstandingPrefillScorer,
@@ -222,3 +223,37 @@ def test_priority_levels_cap(levels: int, top: int) -> None:
 def test_priority_assigner_rejects_bad_settings(base: float, levels: int) -> None:
     with pytest.raises(ValueError, match="priority"):
         PriorityAssigner(base, levels)
+
+
+# ---- lanes ----
+
+
+def _lane_cand(rid: str, est: float, longs: int, backlog: float) -> Candidate:
+    return Candidate(
+        replica=ReplicaSnapshot(rid, "prefill", 0, 0, 0.0, 0),
+        num_cached_tokens=0,
+        est_prefill_s=est,
+        outstanding_prefill_s=backlog,
+        num_long_in_flight=longs,
+    )
+
+
+@pytest.mark.parametrize(
+    ("est", "replicas", "kept"),
+    [
+        # short request: avoid replicas running long prefills
+        (0.02, [("p0", 2, 1.0), ("p1", 0, 0.0)], ["p1"]),
+        # short request, every replica busy with long work: keep all
+        (0.02, [("p0", 1, 1.0), ("p1", 1, 0.5)], ["p0", "p1"]),
+        # long request packs onto the long lane
+        (0.5, [("p0", 1, 0.8), ("p1", 0, 0.0)], ["p0"]),
+        # long lane past its backlog bound: spill over (keep all, scorers decide)
+        (0.5, [("p0", 3, 2.5), ("p1", 0, 0.0)], ["p0", "p1"]),
+        # no long work anywhere: keep all
+        (0.5, [("p0", 0, 0.0), ("p1", 0, 0.0)], ["p0", "p1"]),
+    ],
+)
+def test_lane_filter(est: float, replicas: list[tuple[str, int, float]], kept: list[str]) -> None:
+    lane = LaneFilter(long_prefill_s=0.1, max_long_backlog_s=2.0)
+    cands = [_lane_cand(rid, est, longs, backlog) for rid, longs, backlog in replicas]
+    assert [c.replica_id for c in lane.filter(req(100, ()), cands)] == kept

@@ -1,0 +1,88 @@
+"""One request's path through the cluster as stage durations (pure).
+
+The router marks its own moments on its monotonic clock (`mark_*`); the engines report their
+own timestamps (`EngineTimes`, each on its engine's clock). Stages are built only from
+differences on one clock, so they stay valid when router, prefill and decode run on different
+hosts; hops between processes are what remains of each router-measured window. The stages
+add up to the end-to-end latency the router measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from pdserve.messages import EngineTimes
+
+STAGES = (
+    "router_queue",
+    "prefill_queue",
+    "prefill",
+    "prefill_hops",
+    "kv_transfer",
+    "decode_first_token",
+    "decode_hops",
+    "decode",
+)
+"""In path order. router_queue: arrival → prefill dispatched (validation, tokenization,
+placement). prefill_queue / prefill: waiting in, and computing on, the prefill engine.
+prefill_hops: the rest of the prefill round trip (Ray Serve hops, serialization).
+kv_transfer: the decode engine waiting for the prompt's KV to arrive over NIXL (for a local
+prefill: waiting in the decode engine's queue). decode_first_token: decode admission to first
+token (for a local prefill: includes the local prefill). decode_hops: the rest of the window
+from prefill result to first token at the router. decode: first token → last token."""
+
+
+@dataclass
+class Timeline:
+    """Marks for one request; `stages()` turns them into durations. One per request."""
+
+    arrival_s: float
+    prefill_dispatched_s: float | None = None
+    prefill_returned_s: float | None = None
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    prefill_engine: EngineTimes | None = None
+    decode_engine: EngineTimes | None = None
+    local_prefill: bool = False
+    token_times_s: list[float] = field(default_factory=list)
+
+    def stages(self) -> dict[str, float]:
+        """Durations in seconds of the stages reached so far (all >= 0)."""
+        out: dict[str, float] = {}
+        dispatched = self.prefill_dispatched_s
+        if dispatched is None:
+            return out
+        out["router_queue"] = dispatched - self.arrival_s
+        window_start = dispatched
+        if self.prefill_returned_s is not None:
+            p = self.prefill_engine
+            queue = max(0.0, p.scheduled_s - p.queued_s) if p else 0.0
+            compute = max(0.0, p.first_token_s - p.scheduled_s) if p else 0.0
+            total = self.prefill_returned_s - dispatched
+            out["prefill_queue"] = queue
+            out["prefill"] = compute
+            out["prefill_hops"] = max(0.0, total - queue - compute)
+            window_start = self.prefill_returned_s
+        if self.first_token_s is not None:
+            d = self.decode_engine
+            wait = max(0.0, d.scheduled_s - d.queued_s) if d else 0.0
+            first = max(0.0, d.first_token_s - d.scheduled_s) if d else 0.0
+            total = self.first_token_s - window_start
+            out["kv_transfer"] = wait
+            out["decode_first_token"] = first
+            out["decode_hops"] = max(0.0, total - wait - first)
+        if self.last_token_s is not None and self.first_token_s is not None:
+            out["decode"] = self.last_token_s - self.first_token_s
+        return {k: round(max(0.0, v), 6) for k, v in out.items()}
+
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    def e2e_s(self) -> float | None:
+        return None if self.last_token_s is None else self.last_token_s - self.arrival_s
+
+    def inter_token_s(self) -> list[float]:
+        """Gaps between consecutive token deliveries at the router (one per stream chunk)."""
+        t = self.token_times_s
+        return [b - a for a, b in itertools.pairwise(t)]

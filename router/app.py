@@ -60,6 +60,7 @@ def build_app(
 
     @app.get("/metrics")
     async def prometheus() -> Response:
+        service.update_pool_gauges()
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/pdserve/replicas")

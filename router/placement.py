@@ -33,6 +33,8 @@ class Placer:
         self._view = view
         self._work = OutstandingWork()
         self._clock = clock
+        self._queued: dict[str, tuple[str, int]] = {}  # request id -> (pool, prompt tokens)
+        self._queued_tokens = {"prefill": 0, "decode": 0}
 
     @property
     def view(self) -> ReplicaView:
@@ -77,6 +79,9 @@ class Placer:
         self._work.start(
             prefilling, request_id, decision.est_prefill_s, decision.engine_priority, now
         )
+        pool = "decode" if decision.prefill_is_local else "prefill"
+        self._queued[request_id] = (pool, len(prompt_token_ids))
+        self._queued_tokens[pool] += len(prompt_token_ids)
         # Approximate mode: record where the prompt's blocks now live. Events mode: refresh
         # their recency in the index (the engines' events add and remove the blocks).
         if decision.prefill_replica_id is not None:
@@ -90,3 +95,10 @@ class Placer:
         if decision is not None:
             prefilling = decision.prefill_replica_id or decision.decode_replica_id
             self._work.finish(prefilling, request_id)
+        queued = self._queued.pop(request_id, None)
+        if queued is not None:
+            self._queued_tokens[queued[0]] -= queued[1]
+
+    def queued_prefill_tokens(self, pool: str) -> int:
+        """Prompt tokens this router has sent to `pool` whose prefill has not finished."""
+        return self._queued_tokens.get(pool, 0)

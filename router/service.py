@@ -80,6 +80,21 @@ class CompletionService:
         block = self._placer.view.block_size_tokens if self._placer is not None else 0
         return self._kv_bytes_per_token * block
 
+    def update_pool_gauges(self) -> None:
+        """Refresh the per-pool gauges from the replica view (called at each scrape)."""
+        if self._placer is None:
+            return
+        view = self._placer.view
+        view.refresh()
+        m = self._metrics
+        for pool in ("prefill", "decode"):
+            snaps = [s for s in view.snapshots(pool) if s.healthy]
+            m.ready_replicas.labels(pool).set(len(snaps))
+            m.running_requests.labels(pool).set(sum(s.num_running_requests for s in snaps))
+            usage = sum(s.kv_cache_usage for s in snaps) / len(snaps) if snaps else 0.0
+            m.kv_cache_usage.labels(pool).set(usage)
+            m.queued_prefill_tokens.labels(pool).set(self._placer.queued_prefill_tokens(pool))
+
     def replicas(self) -> dict[str, Any]:
         """The router's view of the replicas (for operators and `pdserve top`)."""
         if self._placer is None:

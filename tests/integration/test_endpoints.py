@@ -43,3 +43,20 @@ def test_metrics_count_requests_and_handoffs(cluster: Cluster) -> None:
     families = {f.name: f.type for f in text_string_to_metric_families(text)}
     assert families["pdserve_requests"] == "counter"
     assert families["pdserve_kv_transfers"] == "counter"
+
+
+def test_pool_gauges_follow_the_replicas(cluster: Cluster) -> None:
+    cluster.client().completions.create(model="pdserve-demo", prompt="gauge me", max_tokens=2)
+    for pool in ("prefill", "decode"):
+        assert cluster.metric("pdserve_pool_ready_replicas", {"pool": pool}) == 1
+        assert cluster.metric("pdserve_pool_queued_prefill_tokens", {"pool": pool}) == 0
+        usage = cluster.metric("pdserve_pool_kv_cache_usage_ratio", {"pool": pool})
+        assert 0.0 <= usage <= 1.0
+
+
+def test_replica_view_lists_both_pools(cluster: Cluster) -> None:
+    view = httpx.get(f"{cluster.url}/v1/pdserve/replicas", timeout=10).json()
+    assert view["ready"] is True
+    assert view["prefix_index_mode"] == "events"
+    assert len(view["pools"]["prefill"]) == 1 and len(view["pools"]["decode"]) == 1
+    assert all(r["kv_events"] for pool in view["pools"].values() for r in pool)

@@ -105,6 +105,13 @@ class EngineConfig(_Strict):
             "None = the whole step budget."
         ),
     )
+    export_vllm_metrics: bool = Field(
+        default=True,
+        description=(
+            "Export the engine's own vllm: metrics through Ray's metrics export (one scrape "
+            "endpoint per node), as vLLM's API server would on /metrics."
+        ),
+    )
     kv_events: bool = Field(
         default=True,
         description=(

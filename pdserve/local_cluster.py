@@ -23,6 +23,8 @@ from pdserve.config import PdserveConfig
 
 STATE_DIR = pathlib.Path(os.environ.get("PDSERVE_STATE_DIR", "~/.cache/pdserve/run")).expanduser()
 RAY_PORT = int(os.environ.get("PDSERVE_RAY_PORT", "6390"))
+# Ray's Prometheus export: the engines' own vllm: metrics (and Ray/Serve metrics) of this node.
+RAY_METRICS_PORT = int(os.environ.get("PDSERVE_RAY_METRICS_PORT", "8081"))
 # Ray's object store is only used for small control messages here; keep it small.
 OBJECT_STORE_BYTES = 512 << 20
 
@@ -66,6 +68,7 @@ def start_ray() -> bool:
         f"--num-cpus={os.cpu_count() or 1}",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         "--include-dashboard=false",
+        f"--metrics-export-port={RAY_METRICS_PORT}",
         "--disable-usage-stats",
     ]
     # Ray starts workers at nice 15 and engines inherit it; on a small machine the engines

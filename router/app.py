@@ -54,7 +54,9 @@ def build_app(
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        pools = await dispatcher.pools_ready(timeout_seconds=2.0)
+        pools = service.pools_ready()
+        if pools is None:  # the replica view is not attached yet: ask the pools directly
+            pools = await dispatcher.pools_ready(timeout_seconds=5.0)
         ok = all(pools.values())
         return JSONResponse({"ready": ok, "pools": pools}, status_code=200 if ok else 503)
 

@@ -39,6 +39,11 @@ class ReplicaView:
         self._refreshed_at = 0.0
 
     @property
+    def attached(self) -> bool:
+        """Both pools' request routers have attached."""
+        return len(self._sources) == 2
+
+    @property
     def ready(self) -> bool:
         """True once both pools are attached and have replicas with a known block size."""
         return bool(self._snapshots["prefill"] and self._snapshots["decode"] and self._block_size)

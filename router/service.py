@@ -80,6 +80,17 @@ class CompletionService:
         block = self._placer.view.block_size_tokens if self._placer is not None else 0
         return self._kv_bytes_per_token * block
 
+    def pools_ready(self) -> dict[str, bool] | None:
+        """Whether each pool has a running replica, from Ray Serve's own replica list (no
+        call to the replicas); None until both pools' request routers are attached."""
+        if self._placer is None:
+            return None
+        view = self._placer.view
+        view.refresh()
+        if not view.attached:
+            return None
+        return {pool: bool(view.snapshots(pool)) for pool in ("prefill", "decode")}
+
     def update_pool_gauges(self) -> None:
         """Refresh the per-pool gauges from the replica view (called at each scrape)."""
         if self._placer is None:

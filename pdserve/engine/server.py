@@ -143,9 +143,13 @@ class EngineServer:
             **engine_args(self._config, self._role, self._model_path, self.kv_events_port)
         )
         log.info("starting %s engine (NIXL side channel :%d)", self._role, self.side_channel_port)
-        self._engine = AsyncLLM.from_engine_args(
-            args, stat_loggers=[stat_logger_factory(self._counters)]
-        )
+        loggers: list[Any] = [stat_logger_factory(self._counters)]
+        pool = self._config.prefill if self._role == "prefill" else self._config.decode
+        if pool.engine.export_vllm_metrics:
+            from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+
+            loggers.append(RayPrometheusStatLogger)
+        self._engine = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
 
     def stats(self) -> EngineStats:
         """Current engine counters (cheap; no engine round trip)."""

@@ -30,6 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROUTER_PORT = 18000
 REFERENCE_PORT = 18100
 RAY_PORT = 6391
+RAY_METRICS_PORT = 18081
 START_TIMEOUT_S = 600
 
 
@@ -113,6 +114,7 @@ def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
         **os.environ,
         "PDSERVE_STATE_DIR": str(tmp / "state"),
         "PDSERVE_RAY_PORT": str(RAY_PORT),
+        "PDSERVE_RAY_METRICS_PORT": str(RAY_METRICS_PORT),
     }
     reference = _start_reference(model_path, cfg, tmp / "reference.log")
     pdserve = str(pathlib.Path(sys.executable).with_name("pdserve"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -60,3 +62,20 @@ def test_replica_view_lists_both_pools(cluster: Cluster) -> None:
     assert view["prefix_index_mode"] == "events"
     assert len(view["pools"]["prefill"]) == 1 and len(view["pools"]["decode"]) == 1
     assert all(r["kv_events"] for pool in view["pools"].values() for r in pool)
+
+
+def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> None:
+    """The engines' own vllm: metrics of every replica, through Ray's per-node export."""
+    from tests.integration.conftest import RAY_METRICS_PORT
+
+    cluster.client().completions.create(model="pdserve-demo", prompt="export me", max_tokens=2)
+    deadline = time.monotonic() + 30
+    text = ""
+    while time.monotonic() < deadline:
+        text = httpx.get(f"http://127.0.0.1:{RAY_METRICS_PORT}/metrics", timeout=10).text
+        if "vllm:prompt_tokens" in text or "vllm_prompt_tokens" in text:
+            break
+        time.sleep(2)
+    names = {line.split("{")[0] for line in text.splitlines() if "vllm" in line and line[0] != "#"}
+    assert any("prompt_tokens" in n for n in names), sorted(names)[:20]
+    assert any("num_requests_running" in n for n in names), sorted(names)[:20]

@@ -28,7 +28,11 @@ def _pool_options(pool: PoolConfig, role: str, stats_period_s: float) -> dict[st
             request_routing_stats_period_s=stats_period_s,
             request_routing_stats_timeout_s=max(2.0, 4 * stats_period_s),
         ),
-        "ray_actor_options": {"num_cpus": pool.num_cpus, "num_gpus": pool.num_gpus},
+        "ray_actor_options": {
+            "num_cpus": pool.num_cpus,
+            "num_gpus": pool.num_gpus,
+            **({"resources": dict(pool.ray_resources)} if pool.ray_resources else {}),
+        },
         "max_ongoing_requests": pool.max_ongoing_requests,
         # Engines take 30-60 s to start on CPU, minutes for big models on GPU.
         "health_check_timeout_s": 120,

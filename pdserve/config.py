@@ -135,6 +135,13 @@ class PoolConfig(_Strict):
         default=0.0, ge=0, description="Ray CPUs reserved per replica (0 on a laptop)."
     )
     num_gpus: float = Field(default=0.0, ge=0, description="Ray GPUs reserved per replica.")
+    ray_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description=(
+            "Custom Ray resources each replica needs, e.g. {pdserve_prefill: 1} to pin the pool "
+            "to the Kubernetes worker group that advertises that resource."
+        ),
+    )
     cpu_cores: list[int] | None = Field(
         default=None,
         description=(

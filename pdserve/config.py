@@ -241,6 +241,13 @@ class RouterConfig(_Strict):
             "publish them."
         ),
     )
+    otlp_traces_endpoint: str | None = Field(
+        default=None,
+        description=(
+            "OTLP/HTTP traces endpoint (e.g. http://otel-collector:4318/v1/traces): emit one "
+            "span tree per request (router, prefill, KV transfer, decode). None = no tracing."
+        ),
+    )
     routing_stats_period_seconds: float = Field(
         default=0.5, gt=0, description="How often Ray Serve polls each replica's load."
     )

@@ -18,6 +18,7 @@ from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.replica_view import ReplicaSource, ReplicaView
 from pdserve.router.service import CompletionService
+from pdserve.router.tracing import RequestTracer
 
 
 class Router:
@@ -35,6 +36,8 @@ class Router:
             mode = "events" if uses_events else "approximate"
         self._view = ReplicaView(PrefixIndex(mode=mode))
         placer = Placer(self._config.router.policy_config(), self._view)
+        endpoint = self._config.router.otlp_traces_endpoint
+        self._tracer = RequestTracer(endpoint) if endpoint else None
         model_path = resolve_model(self._config.model)
         renderer = PromptRenderer(model_path)
         self._service = CompletionService(
@@ -46,12 +49,18 @@ class Router:
             kv_bytes_per_token=kv_bytes_per_token(
                 renderer.model_config(), self._config.model.dtype
             ),
+            tracer=self._tracer,
         )
 
     def attach_request_router(self, pool: str, source: ReplicaSource) -> None:
         """Called by PdserveRequestRouter when Ray Serve creates it in this process."""
         if pool in ("prefill", "decode"):
             self._view.attach(pool, source)  # type: ignore[arg-type]
+
+    def __del__(self) -> None:
+        tracer = getattr(self, "_tracer", None)
+        if tracer is not None:
+            tracer.close()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_app(

@@ -23,6 +23,7 @@ from pdserve.router.placement import Placer
 from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.timeline import Timeline
+from pdserve.router.tracing import RequestTracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class CompletionService:
         metrics: RouterMetrics,
         placer: Placer | None = None,
         kv_bytes_per_token: int = 0,
+        tracer: RequestTracer | None = None,
     ):
         self._config = config
         self._renderer = renderer
@@ -73,6 +75,7 @@ class CompletionService:
         self._metrics = metrics
         self._placer = placer
         self._kv_bytes_per_token = kv_bytes_per_token
+        self._tracer = tracer
         self._vocab_size = renderer.vocab_size()
 
     def _block_bytes(self) -> int:
@@ -345,9 +348,9 @@ class CompletionService:
         finally:
             if first and local is not None and self._placer is not None:
                 self._placer.prefill_done(local, request_id)
-        self._record(timeline, num_prompt, kv_bytes)
+        self._record(timeline, num_prompt, kv_bytes, request_id)
 
-    def _record(self, timeline: Timeline, num_prompt: int, kv_bytes: int) -> None:
+    def _record(self, timeline: Timeline, num_prompt: int, kv_bytes: int, request_id: str) -> None:
         m = self._metrics
         bucket = input_bucket(num_prompt)
         decision = "local_prefill" if timeline.local_prefill else "remote_prefill"
@@ -367,3 +370,9 @@ class CompletionService:
             m.kv_transfer_bytes.observe(kv_bytes)
         for gap in timeline.inter_token_s():
             m.itl.observe(gap)
+        if self._tracer is not None:
+            self._tracer.record(
+                timeline,
+                request_id,
+                {"pdserve.decision": decision, "pdserve.prompt_tokens": num_prompt},
+            )

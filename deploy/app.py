@@ -19,6 +19,11 @@ from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
 
 
+def _logging(config: PdserveConfig) -> dict[str, Any]:
+    """Ray Serve's per-request access log costs CPU on every hop; off unless asked for."""
+    return {"enable_access_log": config.router.access_log, "log_level": "WARNING"}
+
+
 def _pool_options(pool: PoolConfig, role: str, stats_period_s: float) -> dict[str, Any]:
     opts: dict[str, Any] = {
         # pdserve's request router places each request on the replica the policy chose.
@@ -57,15 +62,17 @@ def build_from_config(config: PdserveConfig) -> Application:
     """The bound application for a validated config."""
     raw = config.model_dump(mode="json")
     period = config.router.routing_stats_period_seconds
+    logging = _logging(config)
     prefill = serve.deployment(PrefillServer, name="PrefillServer").options(
-        **_pool_options(config.prefill, "prefill", period)
+        **_pool_options(config.prefill, "prefill", period), logging_config=logging
     )
     decode = serve.deployment(DecodeServer, name="DecodeServer").options(
-        **_pool_options(config.decode, "decode", period)
+        **_pool_options(config.decode, "decode", period), logging_config=logging
     )
     router = serve.deployment(serve.ingress()(Router), name="Router").options(
         ray_actor_options={"num_cpus": config.router.num_cpus},
         max_ongoing_requests=1024,
+        logging_config=logging,
     )
     return router.bind(raw, prefill.bind(raw), decode.bind(raw))
 

@@ -241,6 +241,10 @@ class RouterConfig(_Strict):
             "publish them."
         ),
     )
+    access_log: bool = Field(
+        default=False,
+        description="Ray Serve's per-request access log lines (cost CPU on every hop).",
+    )
     otlp_traces_endpoint: str | None = Field(
         default=None,
         description=(

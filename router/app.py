@@ -184,7 +184,9 @@ async def _serve(
         metrics.requests.labels(kind, "none", "500").inc()
         raise
     decision = generation.decision_label
-    headers = {REQUEST_ID_HEADER: prepared.request_id, **_decision_header(generation)}
+    # Ray Serve's proxy already returns x-request-id (the client's, or one it made and put in
+    # the request headers, which `_request_id` reads): the same id as the timeline's.
+    headers = _decision_header(generation)
     builder = ResponseBuilder(
         kind=kind,
         request_id=prepared.request_id,

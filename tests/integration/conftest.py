@@ -30,7 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROUTER_PORT = 18000
 REFERENCE_PORT = 18100
 RAY_PORT = 6391
-RAY_METRICS_PORT = 18081
+RAY_METRICS_PORT = 8082  # outside Ray worker ports (10002-19999)
 START_TIMEOUT_S = 600
 
 

@@ -25,6 +25,25 @@ STATE_DIR = pathlib.Path(os.environ.get("PDSERVE_STATE_DIR", "~/.cache/pdserve/r
 RAY_PORT = int(os.environ.get("PDSERVE_RAY_PORT", "6390"))
 # Ray's Prometheus export: the engines' own vllm: metrics (and Ray/Serve metrics) of this node.
 RAY_METRICS_PORT = int(os.environ.get("PDSERVE_RAY_METRICS_PORT", "8081"))
+# Ray Serve's throughput-optimized mode: direct ingress (the Router replica itself serves HTTP
+# on router.port, skipping the hop through the proxy actor), user code and handle routing on
+# the replica's main loop, gRPC between handles, no per-request stderr logging.
+# PDSERVE_LEAN_SERVE=0 falls back to Ray Serve's defaults (HTTP through the proxy actor).
+LEAN_SERVE = os.environ.get("PDSERVE_LEAN_SERVE", "1") == "1"
+# With direct ingress the head still runs a proxy; it listens this far above router.port.
+PROXY_PORT_OFFSET = 1000
+
+
+def _serve_env(config: PdserveConfig) -> dict[str, str]:
+    """Ray Serve settings the controller and replicas read from the environment."""
+    if not LEAN_SERVE:
+        return {}
+    port = config.router.port
+    return {
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 64),
+    }
 # Ray's object store is only used for small control messages here; keep it small.
 OBJECT_STORE_BYTES = 512 << 20
 
@@ -56,7 +75,7 @@ def _shm_snapshot() -> set[str]:
     return set(glob.glob("/dev/shm/*"))
 
 
-def start_ray() -> bool:
+def start_ray(config: PdserveConfig) -> bool:
     """Start a Ray head for pdserve unless one is reachable; True if this call started it."""
     if _ray_reachable():
         return False
@@ -73,7 +92,7 @@ def start_ray() -> bool:
     ]
     # Ray starts workers at nice 15 and engines inherit it; on a small machine the engines
     # and the HTTP path are the work itself, so run them at normal priority.
-    env = {**os.environ, "RAY_worker_niceness": "0"}
+    env = {**os.environ, "RAY_worker_niceness": "0", **_serve_env(config)}
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise ClusterError(f"`ray start` failed:\n{proc.stderr.strip() or proc.stdout.strip()}")
@@ -106,9 +125,8 @@ def deploy(
 
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     ray.init(address=f"127.0.0.1:{RAY_PORT}", logging_level="ERROR", log_to_driver=False)
-    serve.start(
-        http_options={"host": config.router.host, "port": config.router.port},
-    )
+    proxy_port = config.router.port + (PROXY_PORT_OFFSET if LEAN_SERVE else 0)
+    serve.start(http_options={"host": config.router.host, "port": proxy_port})
     app = build_from_config(config)
     failure: list[BaseException] = []
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from pdserve.bench.cli import bench
 from pdserve.config import ConfigError, PdserveConfig, load_config
+from pdserve.kv_transfer.fabric_check.cli import kv_check
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 DEFAULT_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "deploy" / "local.yaml"
@@ -56,7 +57,7 @@ def up(
     console.print(f"model: {path}")
     shm_before = lc.shm_snapshot()
     with console.status("starting Ray"):
-        started = lc.start_ray()
+        started = lc.start_ray(cfg)
     lc.write_state(started, shm_before, cfg)
     url = f"http://{cfg.router.host}:{cfg.router.port}"
     t0 = time.monotonic()
@@ -145,6 +146,9 @@ def config_schema() -> None:
     import json
 
     typer.echo(json.dumps(PdserveConfig.model_json_schema(), indent=2))
+
+
+app.command("kv-check")(kv_check)  # pdserve.kv_transfer.fabric_check: NIXL fabric check
 
 
 def main() -> None:

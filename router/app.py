@@ -30,6 +30,7 @@ POLICY_HEADER = "x-pdserve-policy"
 DECISION_HEADER = "x-pdserve-decision"
 TIMING_HEADER = "x-pdserve-timing"
 REQUEST_ID_HEADER = "x-request-id"
+ARRIVAL_KEY = "pdserve_arrival_s"
 T = TypeVar("T")
 
 
@@ -47,6 +48,7 @@ def build_app(
     (local and benchmark deployments)."""
     app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
     install_error_handlers(app)
+    app.add_middleware(ArrivalStampMiddleware)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -99,7 +101,7 @@ def build_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
-        arrival = time.monotonic()
+        arrival = _arrival(request)
         rid = _request_id(request)
         prepared = _guard(metrics, "chat", lambda: service.prepare_chat(body, rid))
         policy = _guard(metrics, "chat", lambda: policy_of(request))
@@ -109,7 +111,7 @@ def build_app(
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        arrival = time.monotonic()
+        arrival = _arrival(request)
         rid = _request_id(request)
         prepared = _guard(metrics, "completion", lambda: service.prepare_completion(body, rid))
         policy = _guard(metrics, "completion", lambda: policy_of(request))
@@ -125,6 +127,23 @@ def build_app(
         )
 
     return app
+
+
+class ArrivalStampMiddleware:
+    """Stamps each request's arrival (monotonic clock) before its body is read and validated,
+    so the timeline's router_queue stage covers parsing too. Pure ASGI: no per-request task."""
+
+    def __init__(self, app: Any):
+        self._app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})[ARRIVAL_KEY] = time.monotonic()
+        await self._app(scope, receive, send)
+
+
+def _arrival(request: Request) -> float:
+    return float(request.scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic()))
 
 
 def _request_id(request: Request) -> str:

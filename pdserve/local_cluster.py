@@ -44,6 +44,8 @@ def _serve_env(config: PdserveConfig) -> dict[str, str]:
         "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
         "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 64),
     }
+
+
 # Ray's object store is only used for small control messages here; keep it small.
 OBJECT_STORE_BYTES = 512 << 20
 
@@ -220,8 +222,10 @@ def down(log: Callable[[str], None]) -> None:
 
 
 def _engine_pids() -> list[int]:
-    """Processes started by a pdserve engine server (marked by PDSERVE_ENGINE_ROLE)."""
+    """Processes started by an engine server of THIS cluster (marked by PDSERVE_ENGINE_ROLE
+    and PDSERVE_GCS_ADDRESS ending in this cluster's Ray port); other clusters' are left."""
     pids = []
+    own = f":{RAY_PORT}".encode()
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -229,7 +233,10 @@ def _engine_pids() -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if b"PDSERVE_ENGINE_ROLE=" in environ:
+        if b"PDSERVE_ENGINE_ROLE=" not in environ:
+            continue
+        gcs = next((v for v in environ.split(b"\0") if v.startswith(b"PDSERVE_GCS_ADDRESS=")), b"")
+        if gcs.endswith(own):
             pids.append(int(entry.name))
     return pids
 

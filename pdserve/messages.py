@@ -67,6 +67,8 @@ class PrefillResult:
     num_cached_tokens: int
     """Prompt tokens the prefill engine found in its prefix cache instead of computing."""
     engine_times: EngineTimes | None = None
+    replica_id: str = ""
+    """The prefill replica that served it (proof that placement was enforced)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +115,5 @@ class DecodeChunk:
     """Prompt tokens the serving prefill (remote or local) took from a prefix cache."""
     engine_times: EngineTimes | None = None
     """Set on the first chunk only: the decode engine's times for this request."""
+    replica_id: str = ""
+    """Set on the first chunk only: the decode replica that served it."""

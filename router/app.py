@@ -31,6 +31,7 @@ DECISION_HEADER = "x-pdserve-decision"
 TIMING_HEADER = "x-pdserve-timing"
 REQUEST_ID_HEADER = "x-request-id"
 ARRIVAL_KEY = "pdserve_arrival_s"
+SERVED_BY_HEADER = "x-pdserve-served-by"
 T = TypeVar("T")
 
 
@@ -167,6 +168,12 @@ def _guard(metrics: RouterMetrics, endpoint: str, step: Callable[[], T]) -> T:
         raise
 
 
+def _served_by(generation: Generation) -> str:
+    """Which replicas really served the request (compare with x-pdserve-decision)."""
+    t = generation.timeline
+    return _dumps({"prefill": t.prefill_replica_id or None, "decode": t.decode_replica_id})
+
+
 def _decision_header(generation: Generation) -> dict[str, str]:
     d = generation.decision
     if d is None:
@@ -223,6 +230,7 @@ async def _serve(
             raise
         metrics.requests.labels(kind, decision, "200").inc()
         headers[TIMING_HEADER] = _dumps(generation.timeline.stages())
+        headers[SERVED_BY_HEADER] = _served_by(generation)
         return JSONResponse(builder.body(), headers=headers)
 
     # Wait for the first token before answering, so the timing header can carry the TTFT
@@ -236,6 +244,7 @@ async def _serve(
         metrics.requests.labels(kind, decision, "500").inc()
         raise
     headers[TIMING_HEADER] = _dumps(generation.timeline.stages())
+    headers[SERVED_BY_HEADER] = _served_by(generation)
 
     async def events() -> AsyncIterator[str]:
         status = "200"

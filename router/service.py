@@ -282,6 +282,7 @@ class CompletionService:
                 self._placer.prefill_done(decision, prepared.request_id)
         timeline.prefill_returned_s = time.monotonic()
         timeline.prefill_engine = result.engine_times
+        timeline.prefill_replica_id = result.replica_id
         chunks = self._dispatcher.decode(
             DecodeRequest(
                 request_id=f"{prepared.engine_request_id}-d",
@@ -331,6 +332,7 @@ class CompletionService:
                     first = False
                     timeline.first_token_s = now
                     timeline.decode_engine = chunk.engine_times
+                    timeline.decode_replica_id = chunk.replica_id
                     if local is not None and self._placer is not None:
                         self._placer.prefill_done(local, request_id)
                     if num_cached is None:

@@ -46,6 +46,9 @@ class Timeline:
     decode_engine: EngineTimes | None = None
     local_prefill: bool = False
     token_times_s: list[float] = field(default_factory=list)
+    prefill_replica_id: str = ""
+    """The replicas that actually served the request (from their own replies)."""
+    decode_replica_id: str = ""
 
     def stages(self) -> dict[str, float]:
         """Durations in seconds of the stages reached so far (all >= 0)."""

@@ -50,11 +50,22 @@ def _prepare_process(config: PdserveConfig, role: Role, replica_id: str) -> tupl
     offset = (zlib.crc32(replica_id.encode()) % 500) * 4
     port = pick_free_port(config.kv_transfer.side_channel_base_port + offset)
     os.environ.update(engine_environment(config, role, port, _node_ip()))
+    # Tells `pdserve down` which cluster these engine processes belong to.
+    os.environ["PDSERVE_GCS_ADDRESS"] = _gcs_address()
     pool = config.prefill if role == "prefill" else config.decode
     events_port = None
     if pool.engine.kv_events:
         events_port = pick_free_port(config.kv_transfer.kv_events_base_port + offset, "0.0.0.0")
     return port, events_port
+
+
+def _gcs_address() -> str:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # not inside Ray
+        return ""
 
 
 def _node_ip() -> str:
@@ -212,6 +223,7 @@ class EngineServer:
             num_prompt_tokens=len(request.prompt_token_ids),
             num_cached_tokens=final.num_cached_tokens or 0,
             engine_times=_engine_times(final),
+            replica_id=self._replica_id,
         )
 
     async def decode(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
@@ -249,6 +261,7 @@ class EngineServer:
                 num_prompt_tokens=num_prompt,
                 num_cached_tokens=output.num_cached_tokens or 0,
                 engine_times=_engine_times(output) if first else None,
+                replica_id=self._replica_id if first else "",
             )
             first = False
 

@@ -32,6 +32,7 @@ REFERENCE_PORT = 18100
 RAY_PORT = 6391
 RAY_METRICS_PORT = 8082  # outside Ray worker ports (10002-19999)
 START_TIMEOUT_S = 600
+PDSERVE = str(pathlib.Path(sys.executable).with_name("pdserve"))
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,38 @@ def _start_reference(
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+
+
+def start_cluster(
+    config_file: str, tmp: pathlib.Path, router_port: int, ray_port: int, metrics_port: int
+) -> tuple[Cluster, dict[str, str]]:
+    """`pdserve up --detach` on private ports; returns the cluster and the env for `down`."""
+    raw = yaml.safe_load((ROOT / "deploy" / config_file).read_text())
+    raw["router"]["port"] = router_port
+    cfg_path = tmp / "test.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(cfg_path)
+    env = {
+        **os.environ,
+        "PDSERVE_STATE_DIR": str(tmp / "state"),
+        "PDSERVE_RAY_PORT": str(ray_port),
+        "PDSERVE_RAY_METRICS_PORT": str(metrics_port),
+    }
+    up = subprocess.run(
+        [PDSERVE, "up", "--detach", "--config", str(cfg_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+    )
+    if up.returncode != 0:
+        subprocess.run([PDSERVE, "down"], env=env, capture_output=True, timeout=120)
+        raise RuntimeError(f"pdserve up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+    return Cluster(f"http://127.0.0.1:{router_port}", cfg, resolve_model(cfg.model)), env
+
+
+def stop_cluster(env: dict[str, str]) -> None:
+    subprocess.run([PDSERVE, "down"], env=env, capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session")

@@ -79,3 +79,34 @@ def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> 
     names = {line.split("{")[0] for line in text.splitlines() if "vllm" in line and line[0] != "#"}
     assert any("prompt_tokens" in n for n in names), sorted(names)[:20]
     assert any("num_requests_running" in n for n in names), sorted(names)[:20]
+
+
+def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -> None:
+    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS, POOLS
+
+    cluster.client().completions.create(model="pdserve-demo", prompt="label me", max_tokens=2)
+    httpx.post(f"{cluster.url}/v1/completions", json={"model": "x", "prompt": "y"}, timeout=10)
+    text = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+    specs = {s.name: s for s in CATALOG}
+    bounded = {
+        "input_bucket": set(INPUT_BUCKETS),
+        "decision": set(DECISIONS),
+        "pool": set(POOLS),
+        "endpoint": {"chat", "completion"},
+    }
+    seen = set()
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("pdserve_"):
+            continue
+        assert family.name in specs, f"{family.name} is not in the catalog"
+        assert family.type == specs[family.name].type
+        seen.add(family.name)
+        for sample in family.samples:
+            labels = {k: v for k, v in sample.labels.items() if k != "le"}
+            assert set(labels) <= set(specs[family.name].labels), (family.name, labels)
+            for key, value in labels.items():
+                if key == "status":
+                    assert value.isdigit() and len(value) == 3
+                else:
+                    assert value in bounded[key], (family.name, key, value)
+    assert seen == set(specs)

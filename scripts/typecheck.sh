@@ -13,6 +13,7 @@ done
 MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.config \
   -p pdserve.router.policy \
+  -p pdserve.top \
   -m pdserve.router.timeline \
   -m pdserve.router.block_hashes \
   -m pdserve.router.kv_size \

@@ -1,0 +1,7 @@
+"""`pdserve top`: a live terminal view of a running pdserve cluster.
+
+Pure parts: `scrape` (parsed /metrics samples), `window` (the last N seconds of scrapes and
+their deltas), `quantile` (Prometheus-style histogram quantiles), `bandwidth` (KV bandwidth vs
+the kv-check fabric baseline), `model` (every table row as plain data). Thin adapters: `poll`
+(HTTP) and `render` (rich); `cli` is the typer command registered in pdserve/cli.py.
+"""

@@ -1,0 +1,69 @@
+"""HTTP adapter: one scrape of a router's /metrics and /v1/pdserve/replicas (httpx).
+
+`Poller.scrape()` returns a `Scrape` stamped with the monotonic time of the /metrics answer,
+or raises `PollError` (router unreachable, non-200 /metrics, unparsable text). A failing
+replicas endpoint is not an error: the scrape carries `replicas=None`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from pdserve.top.scrape import Scrape, parse_metrics
+
+
+class PollError(RuntimeError):
+    """The router could not be scraped; the message is meant for the screen."""
+
+
+class Poller:
+    """Scrapes one router; owns an httpx client (close it, or use as a context manager)."""
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._clock = clock
+        self._client = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport)
+
+    def scrape(self) -> Scrape:
+        """GET /metrics (required) and /v1/pdserve/replicas (optional) into one Scrape."""
+        try:
+            resp = self._client.get("/metrics")
+        except httpx.HTTPError as exc:
+            raise PollError(
+                f"router unreachable at {self.url}: {exc or type(exc).__name__}"
+            ) from exc
+        t_s = self._clock()
+        if resp.status_code != 200:
+            raise PollError(f"GET {self.url}/metrics answered HTTP {resp.status_code}")
+        try:
+            samples = parse_metrics(resp.text)
+        except ValueError as exc:
+            raise PollError(f"GET {self.url}/metrics: not Prometheus text ({exc})") from exc
+        return Scrape(t_s=t_s, samples=samples, replicas=self._replicas())
+
+    def _replicas(self) -> dict[str, Any] | None:
+        try:
+            resp = self._client.get("/v1/pdserve/replicas")
+            doc = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Poller:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

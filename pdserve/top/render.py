@@ -1,0 +1,136 @@
+"""rich adapter: a `TopView` as one renderable (formatting and colour only, no logic).
+
+Laid out to fit an 80x24 terminal for a small cluster: header, traffic lines, one table of
+pools with their replicas, TTFT by input bucket with the p50 breakdown, KV transfer lines.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from pdserve.top.model import RateRow, TopView
+from pdserve.top.units import DASH, fmt_bandwidth, fmt_bytes, fmt_rate, fmt_ratio, fmt_seconds
+
+_VERDICT_STYLE = {"warn": "bold red", "ok": "green", "info": "yellow"}
+
+
+def _num(value: float | None) -> str:
+    return DASH if value is None else f"{value:.0f}"
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right", no_wrap=True)
+    return table
+
+
+def _rates(rows: tuple[RateRow, ...], bad: bool = False) -> Text:
+    text = Text()
+    for i, row in enumerate(rows):
+        style = "red" if bad and not row.label.startswith("2") and row.per_s > 0 else ""
+        text.append(" · " if i else "")
+        text.append(f"{row.label} {fmt_rate(row.per_s)}", style=style)
+    return text if rows else Text(DASH)
+
+
+def _traffic(view: TopView) -> Group:
+    requests = Text.assemble(
+        ("requests ", "bold"),
+        fmt_rate(view.request_rate),
+        "  (status ",
+        _rates(view.statuses, bad=True),
+        ")   ",
+        ("tokens ", "bold"),
+        f"in {fmt_rate(view.prompt_tokens_per_s)} out {fmt_rate(view.generation_tokens_per_s)}",
+    )
+    return Group(requests, Text.assemble(("decisions ", "bold"), _rates(view.decisions)))
+
+
+def _cluster(view: TopView) -> RenderableType:
+    table = _table(
+        "Pools and replicas", "pool / replica", "ready", "run", "wait", "queued tok", "KV use",
+        "cached blk", "KV ev",
+    )  # fmt: skip
+    for p in view.pools:
+        table.add_row(
+            Text(p.pool, style="bold"),
+            _num(p.ready_replicas),
+            _num(p.running_requests),
+            "",
+            _num(p.queued_prefill_tokens),
+            fmt_ratio(p.kv_cache_usage),
+        )
+        for r in (r for r in view.replicas if r.pool == p.pool):
+            table.add_row(
+                f" {r.replica_id}",
+                "",
+                str(r.running),
+                str(r.waiting),
+                "",
+                fmt_ratio(r.kv_cache_usage),
+                str(r.cached_blocks),
+                Text("yes", style="green") if r.kv_events else Text("no", style="yellow"),
+            )
+    if view.replicas_note:
+        return Group(table, Text(view.replicas_note, style="yellow"))
+    return table
+
+
+def _ttft(view: TopView) -> Group:
+    table = _table("TTFT by input bucket", "input", "requests", "p50", "p99", "prefill p50")
+    for row in view.ttft:
+        table.add_row(
+            row.input_bucket,
+            _num(row.requests),
+            fmt_seconds(row.p50_s),
+            fmt_seconds(row.p99_s),
+            fmt_seconds(row.prefill_p50_s),
+        )
+    if not view.ttft:
+        table.add_row("(none)", "0", DASH, DASH, DASH)
+    breakdown = Text(
+        f"p50 queue {fmt_seconds(view.queue_p50_s)} · prefill {fmt_seconds(view.prefill_p50_s)}"
+        f" · KV transfer {fmt_seconds(view.kv_transfer_p50_s)}"
+        f"    ITL p99 {fmt_seconds(view.itl_p99_s)}"
+    )
+    return Group(table, breakdown)
+
+
+def _kv(view: TopView) -> Group:
+    kv = view.kv
+    line = Text.assemble(
+        ("KV transfer ", "bold"),
+        f"p50 {fmt_seconds(view.kv_transfer_p50_s)} p99 {fmt_seconds(view.kv_transfer_p99_s)}"
+        f" · {fmt_rate(view.transfers_per_s)} · mean {fmt_bytes(kv.mean_bytes if kv else None)}"
+        f" · {fmt_bandwidth(kv.bytes_per_s if kv else None)}",
+    )
+    verdict = view.verdict
+    if verdict is None:
+        return Group(line, Text("collecting… (rates need two scrapes)", style="dim"))
+    return Group(line, Text(verdict.message, style=_VERDICT_STYLE[verdict.level]))
+
+
+def render(
+    view: TopView,
+    url: str,
+    window_s: float,
+    interval_s: float,
+    clock_label: str,
+    error: str | None = None,
+) -> RenderableType:
+    """The whole screen: header, error line (red), traffic, pools/replicas, TTFT, KV."""
+    if view.scrapes == 0:
+        span = "no data yet"
+    elif view.span_s is None:
+        span = f"waiting for a 2nd scrape (every {interval_s:g} s)"
+    else:
+        span = f"rates over {view.span_s:.0f} s (window {window_s:g} s)"
+    header = Text.assemble(("pdserve top", "bold"), f" · {url} · {clock_label} · {span}")
+    parts: list[RenderableType] = [header]
+    if error:
+        parts.append(Text(error, style="bold red"))
+    parts += [Text(""), _traffic(view), _cluster(view), _ttft(view), _kv(view)]
+    return Group(*parts)

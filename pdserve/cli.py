@@ -16,6 +16,7 @@ from rich.table import Table
 from pdserve.bench.cli import bench
 from pdserve.config import ConfigError, PdserveConfig, load_config
 from pdserve.kv_transfer.fabric_check.cli import kv_check
+from pdserve.profiling.cli import profile
 from pdserve.top.cli import top
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -150,6 +151,7 @@ def config_schema() -> None:
 
 
 app.command("kv-check")(kv_check)  # pdserve.kv_transfer.fabric_check: NIXL fabric check
+app.command("profile")(profile)  # pdserve.profiling: calibrate the cost model
 app.command("top")(top)  # pdserve.top: live terminal view of the cluster
 
 

@@ -14,6 +14,7 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.config \
   -p pdserve.router.policy \
   -p pdserve.top \
+  -p pdserve.profiling \
   -m pdserve.router.timeline \
   -m pdserve.router.block_hashes \
   -m pdserve.router.kv_size \

@@ -1,0 +1,212 @@
+"""`pdserve profile` (typer): measure the running cluster, fit the cost model, show the
+fit, and print (or with --write, save) the `router.routing.cost_model` block.
+
+Registered in pdserve/cli.py. Exit status: 0 done; 1 measuring or fitting failed (cluster
+unreachable or not ready, HTTP error, samples that cannot determine the model); 2 bad
+options or config file (including a result that would not validate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as ProgressBar
+
+from pdserve.config import ConfigError, PdserveConfig, load_config
+from pdserve.profiling import render, report
+from pdserve.profiling.measure import Measurements, Profiler, Progress
+from pdserve.profiling.plan import ProfilePlan, make_plan
+from pdserve.profiling.samples import ProfileError
+from pdserve.profiling.yaml_edit import rounded, snippet, update_config_text, write_atomic
+from pdserve.router.policy.cost_model import CostModel, FitResult
+
+
+def profile(
+    url: Annotated[str, typer.Option(help="Router URL of the running cluster.")] = (
+        "http://127.0.0.1:8000"
+    ),
+    config: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="The cluster's pdserve YAML config: the cost model to compare "
+            "against (default: built-in defaults) and the file --write updates.",
+        ),
+    ] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="Update router.routing.cost_model in --config.")
+    ] = False,
+    json_path: Annotated[
+        pathlib.Path | None, typer.Option("--json", help="Write samples + coefficients here.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model id to send (default: the first of /v1/models).")
+    ] = None,
+    max_prompt_tokens: Annotated[
+        int, typer.Option(min=128, help="Longest prompt sent (also capped by the context).")
+    ] = 3000,
+    repeats: Annotated[int, typer.Option(min=1, help="Repeats of every sample point.")] = 3,
+    quick: Annotated[bool, typer.Option(help="Fewer prompt lengths and batch sizes.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the random prompt token ids.")] = 0,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=1, help="Per-request timeout, seconds.")
+    ] = 120.0,
+) -> None:
+    """Calibrate the router's cost model: measure prefill time vs prompt length (and cached
+    prefix) and decode step time vs batch size on the running engines, fit the coefficients,
+    and print the YAML block (or write it into --config with --write)."""
+    console = Console()
+    cfg = _load_config(config, write, console)
+    base = cfg.router.routing.cost_model if cfg is not None else CostModel()
+    try:
+        plan = make_plan(
+            quick=quick,
+            repeats=repeats,
+            max_prompt_tokens=max_prompt_tokens,
+            max_model_len_tokens=cfg.model.max_model_len_tokens if cfg else 1 << 30,
+            min_extra_tokens=cfg.router.routing.local_prefill_max_uncached_tokens if cfg else 0,
+        )
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    measured, model_id = _measure(
+        console,
+        plan,
+        lambda progress: Profiler(
+            url, plan, model=model, seed=seed, timeout_s=timeout_s, progress=progress
+        ),
+    )
+    decode = [b.sample() for b in measured.batches]
+    try:
+        fit: FitResult = CostModel.fit(measured.prefill, decode, base=base)
+    except ValueError as exc:
+        console.print(f"[red]cannot fit the cost model:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
+    new = rounded(fit.model)
+    _show(console, measured, base, new, fit.notes)
+    if json_path is not None:
+        doc = report.report_json(
+            url=url,
+            model_id=model_id,
+            config=str(config) if config else None,
+            prefill=measured.prefill,
+            batches=measured.batches,
+            old=base,
+            new=new,
+            notes=fit.notes,
+            skipped_local_prefills=measured.skipped_local_prefills,
+        )
+        try:
+            json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        except OSError as exc:
+            console.print(f"[red]cannot write {json_path}:[/red] {escape(str(exc))}")
+            raise typer.Exit(1) from exc
+        console.print(f"samples and coefficients written to {json_path}")
+    comment = (
+        f"fitted by `pdserve profile` on {datetime.date.today().isoformat()}: "
+        f"{len(measured.prefill)} prefill + {len(decode)} decode samples"
+    )
+    if write and config is not None:
+        _write(config, new, comment, console)
+    else:
+        console.print("\npaste into the config (or rerun with --config FILE --write):")
+        console.print(snippet(new, comment), markup=False, highlight=False)
+
+
+def _load_config(path: pathlib.Path | None, write: bool, console: Console) -> PdserveConfig | None:
+    if path is None:
+        if write:
+            console.print("[red]error:[/red] --write needs --config FILE")
+            raise typer.Exit(2)
+        return None
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    if write and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        console.print(f"[red]error:[/red] cannot write {path} (or its folder)")
+        raise typer.Exit(2)
+    return cfg
+
+
+def _measure(
+    console: Console, plan: ProfilePlan, make: Callable[[Progress], Profiler]
+) -> tuple[Measurements, str]:
+    """Run the profiler under a progress bar; (measurements, model id)."""
+    columns = (
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with ProgressBar(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("connecting", total=plan.num_requests())
+        profiler = make(lambda what: bar.update(task, advance=1, description=what))
+        try:
+            return asyncio.run(profiler.run()), profiler.model or ""
+        except ProfileError as exc:
+            bar.stop()
+            console.print(f"[red]profile failed:[/red] {escape(str(exc))}")
+            raise typer.Exit(1) from exc
+
+
+def _show(
+    console: Console, m: Measurements, old: CostModel, new: CostModel, notes: tuple[str, ...]
+) -> None:
+    decode = [b.sample() for b in m.batches]
+    skipped = (
+        f"{m.skipped_local_prefills} request(s) prefilled on the decode engine: not sampled"
+        if m.skipped_local_prefills
+        else ""
+    )
+    console.print(
+        render.samples_table(
+            "prefill (engine compute time)", report.prefill_rows(m.prefill, old, new), skipped
+        )
+    )
+    console.print(
+        render.samples_table(
+            "decode step (client TPOT, median over the batch; ctx = batch total)",
+            report.decode_rows(decode, old, new),
+        )
+    )
+    console.print(render.coefficients_table(old, new))
+    for line in (
+        render.error_line(
+            "prefill",
+            report.mean_abs_error_prefill(m.prefill, old),
+            report.mean_abs_error_prefill(m.prefill, new),
+        ),
+        render.error_line(
+            "decode",
+            report.mean_abs_error_decode(decode, old),
+            report.mean_abs_error_decode(decode, new),
+        ),
+    ):
+        if line:
+            console.print(line)
+    for note in notes:
+        console.print(f"[yellow]fit note:[/yellow] {escape(note)}")
+
+
+def _write(path: pathlib.Path, model: CostModel, comment: str, console: Console) -> None:
+    try:
+        result = update_config_text(path.read_text(), model, comment=comment, origin=str(path))
+        write_atomic(path, result.text)
+    except (ConfigError, OSError) as exc:
+        console.print(f"[red]cannot update {path}:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    kept = "" if result.comments_kept else " (re-dumped from the data: comments were lost)"
+    console.print(f"[green]updated router.routing.cost_model in {path}[/green]{kept}")

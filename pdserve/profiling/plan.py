@@ -1,0 +1,115 @@
+"""What `pdserve profile` measures, and the token-id prompts it sends (pure).
+
+Prefill: one request at a time, `max_tokens` 1, prompts of random token ids (no prefix-cache
+hits), then pairs that reuse a cached prefix (prompt P, then P + extra). Decode: batches of B
+concurrent streams of `decode_output_tokens` tokens over prompts of L tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+FULL_PREFILL_TOKENS = (64, 256, 512, 1024, 2048, 3072)
+QUICK_PREFILL_TOKENS = (64, 512, 2048)
+FULL_CACHED_PAIRS = ((1024, 512), (1024, 1024), (2048, 512))
+QUICK_CACHED_PAIRS = ((1024, 512),)
+FULL_BATCH_SIZES = (1, 4, 8, 16)
+QUICK_BATCH_SIZES = (1, 8)
+DECODE_PROMPT_TOKENS = (128, 1024)
+DECODE_OUTPUT_TOKENS = 64
+DECODE_UNIQUE_SUFFIX_TOKENS = 32
+"""Each stream of a decode batch = the batch's shared prefix + this many tokens of its own."""
+WARMUP_REQUESTS = 4
+TOKEN_ID_RANGE = (10, 1000)
+"""Random prompt token ids are drawn from [10, 1000): real vocabulary entries, no specials."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilePlan:
+    """The measurements of one profile run. Every length is in tokens.
+
+    `cached_pairs`: (cached prefix, extra) — the prefix is sent first, then prefix + extra.
+    `repeats` applies to every prefill length, cached pair and decode (batch, prompt) point.
+    """
+
+    prefill_tokens: tuple[int, ...]
+    cached_pairs: tuple[tuple[int, int], ...]
+    decode_batch_sizes: tuple[int, ...]
+    decode_prompt_tokens: tuple[int, ...]
+    decode_output_tokens: int
+    repeats: int
+    warmup_requests: int = WARMUP_REQUESTS
+
+    def num_requests(self) -> int:
+        """HTTP completions the run sends (the progress bar's total): warm-up, prefill
+        requests, two per cached pair, and per decode batch B streams plus one that caches
+        the batch's shared prefix."""
+        prefill = len(self.prefill_tokens) + 2 * len(self.cached_pairs)
+        decode = sum(b + 1 for b in self.decode_batch_sizes) * len(self.decode_prompt_tokens)
+        return self.warmup_requests + self.repeats * (prefill + decode)
+
+
+def make_plan(
+    *,
+    quick: bool,
+    repeats: int,
+    max_prompt_tokens: int,
+    max_model_len_tokens: int,
+    min_extra_tokens: int = 0,
+) -> ProfilePlan:
+    """The plan for these limits.
+
+    Prompt lengths above `max_prompt_tokens` (or the model context minus one token) are
+    capped to it; duplicates collapse. A cached pair's extra is raised to at least
+    `min_extra_tokens` (the router's local-prefill threshold: fewer uncached tokens would be
+    prefilled on the decode engine, which reports no prefill stage); pairs that then exceed
+    the cap are dropped. Decode prompts that do not fit (cap, or context minus the output
+    tokens) are dropped. Raises ValueError for repeats < 1 or a cap under 128 tokens.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    cap = min(max_prompt_tokens, max_model_len_tokens - 1)
+    if cap < 128:
+        raise ValueError(f"prompt cap {cap} is under 128 tokens: too small to profile")
+    base = QUICK_PREFILL_TOKENS if quick else FULL_PREFILL_TOKENS
+    lengths = tuple(sorted({min(n, cap) for n in base}))
+    raised = (
+        (p, max(e, min_extra_tokens))
+        for p, e in (QUICK_CACHED_PAIRS if quick else FULL_CACHED_PAIRS)
+    )
+    pairs = tuple(dict.fromkeys((p, e) for p, e in raised if p + e <= cap))
+    out = DECODE_OUTPUT_TOKENS
+    decode_prompts = tuple(
+        n for n in DECODE_PROMPT_TOKENS if n <= cap and n + out <= max_model_len_tokens
+    )
+    return ProfilePlan(
+        prefill_tokens=lengths,
+        cached_pairs=pairs,
+        decode_batch_sizes=QUICK_BATCH_SIZES if quick else FULL_BATCH_SIZES,
+        decode_prompt_tokens=decode_prompts,
+        decode_output_tokens=out,
+        repeats=repeats,
+    )
+
+
+def random_tokens(rng: random.Random, n: int) -> list[int]:
+    """`n` random token ids in TOKEN_ID_RANGE. Two such prompts share a whole KV block (16+
+    tokens) with negligible probability, so a fresh prompt gets no prefix-cache hit."""
+    lo, hi = TOKEN_ID_RANGE
+    return [rng.randrange(lo, hi) for _ in range(n)]
+
+
+def decode_batch_prompts(
+    rng: random.Random, batch_size: int, prompt_tokens: int
+) -> tuple[list[int], list[list[int]]]:
+    """(shared prefix, prompts) for one decode batch: every prompt is the shared prefix plus
+    its own DECODE_UNIQUE_SUFFIX_TOKENS random tokens, `prompt_tokens` in all.
+
+    The profiler caches the prefix first, so the B streams need only a short prefill each and
+    all reach the decode engine at about the same time: the batch really is B sequences for
+    (almost) every measured step, instead of ramping up behind B long prefills.
+    """
+    suffix = min(DECODE_UNIQUE_SUFFIX_TOKENS, prompt_tokens // 2)
+    prefix = random_tokens(rng, prompt_tokens - suffix)
+    return prefix, [prefix + random_tokens(rng, suffix) for _ in range(batch_size)]

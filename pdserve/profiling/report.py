@@ -1,0 +1,146 @@
+"""What `pdserve profile` shows and saves: measured vs predicted per sample point, mean
+errors, and the JSON document (pure).
+
+Relative error = (predicted − measured) / measured: positive means the model overestimates.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pdserve.profiling.samples import DecodeBatch, median_or_none
+from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """One sample point (samples with equal inputs grouped): `measured_s` is their median,
+    `old_s` / `new_s` the predictions of the config's model and the fitted one."""
+
+    kind: str  # "prefill" | "decode"
+    inputs: str
+    count: int
+    measured_s: float
+    old_s: float
+    new_s: float
+
+    @property
+    def old_error(self) -> float:
+        return rel_error(self.old_s, self.measured_s)
+
+    @property
+    def new_error(self) -> float:
+        return rel_error(self.new_s, self.measured_s)
+
+
+def rel_error(predicted: float, measured: float) -> float:
+    """(predicted − measured) / measured; 0 when both are 0, inf when only measured is."""
+    if measured == 0:
+        return 0.0 if predicted == 0 else float("inf")
+    return (predicted - measured) / measured
+
+
+def prefill_rows(
+    samples: Sequence[PrefillSample], old: CostModel, new: CostModel
+) -> list[ReportRow]:
+    """One row per (uncached, cached) token pair, ordered by cached then uncached tokens."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    for s in samples:
+        groups.setdefault((s.num_uncached_tokens, s.num_cached_tokens), []).append(s.seconds)
+    rows = []
+    for (u, c), secs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        label = f"{u} new" + (f" + {c} cached" if c else "")
+        rows.append(
+            ReportRow(
+                "prefill",
+                label,
+                len(secs),
+                statistics.median(secs),
+                old.est_prefill_s(u, c),
+                new.est_prefill_s(u, c),
+            )
+        )
+    return rows
+
+
+def decode_rows(samples: Sequence[DecodeSample], old: CostModel, new: CostModel) -> list[ReportRow]:
+    """One row per (batch size, context tokens), ordered by batch size then context."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    for s in samples:
+        groups.setdefault((s.batch_size, s.context_tokens), []).append(s.step_s)
+    rows = []
+    for (b, ctx), steps in sorted(groups.items()):
+        rows.append(
+            ReportRow(
+                "decode",
+                f"B={b}, ctx={ctx}",
+                len(steps),
+                statistics.median(steps),
+                old.est_decode_step_s(b, ctx),
+                new.est_decode_step_s(b, ctx),
+            )
+        )
+    return rows
+
+
+def mean_abs_error_prefill(samples: Sequence[PrefillSample], model: CostModel) -> float | None:
+    """Mean |relative error| of `model` over every prefill sample; None for none."""
+    errs = [
+        abs(rel_error(model.est_prefill_s(s.num_uncached_tokens, s.num_cached_tokens), s.seconds))
+        for s in samples
+    ]
+    return statistics.fmean(errs) if errs else None
+
+
+def mean_abs_error_decode(samples: Sequence[DecodeSample], model: CostModel) -> float | None:
+    """Mean |relative error| of `model` over every decode sample; None for none."""
+    errs = [
+        abs(rel_error(model.est_decode_step_s(s.batch_size, s.context_tokens), s.step_s))
+        for s in samples
+    ]
+    return statistics.fmean(errs) if errs else None
+
+
+def report_json(
+    *,
+    url: str,
+    model_id: str,
+    config: str | None,
+    prefill: Sequence[PrefillSample],
+    batches: Sequence[DecodeBatch],
+    old: CostModel,
+    new: CostModel,
+    notes: Sequence[str],
+    skipped_local_prefills: int,
+) -> dict[str, Any]:
+    """The `--json` document: inputs, raw samples, both coefficient sets, errors, notes."""
+    decode = [b.sample() for b in batches]
+    return {
+        "url": url,
+        "model": model_id,
+        "config": config,
+        "prefill_samples": [asdict(s) for s in prefill],
+        "decode_samples": [
+            {
+                **asdict(b.sample()),
+                "prompt_tokens": b.prompt_tokens,
+                "output_tokens": b.output_tokens,
+                "client_tpot_s": list(b.client_tpot_s),
+                "router_tpot_s_median": median_or_none(b.router_tpot_s),
+            }
+            for b in batches
+        ],
+        "skipped_local_prefills": skipped_local_prefills,
+        "old_cost_model": old.model_dump(),
+        "cost_model": new.model_dump(),
+        "mean_abs_rel_error": {
+            "prefill_old": mean_abs_error_prefill(prefill, old),
+            "prefill_new": mean_abs_error_prefill(prefill, new),
+            "decode_old": mean_abs_error_decode(decode, old),
+            "decode_new": mean_abs_error_decode(decode, new),
+        },
+        "fit_notes": list(notes),
+    }

@@ -1,0 +1,127 @@
+"""Cost-model samples from the router's responses and client-side stream timings (pure).
+
+The router reports each request's stages in the `x-pdserve-timing` header (compact JSON;
+`prefill` = compute seconds on the prefill engine) and its routing decision in
+`x-pdserve-decision` (incl. `cached_tokens`, the router's view of the prefix cache). The
+response's `usage.prompt_tokens_details.cached_tokens` is the engine's own count.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pdserve.router.policy.cost_model import DecodeSample, PrefillSample
+
+TIMING_HEADER = "x-pdserve-timing"
+DECISION_HEADER = "x-pdserve-decision"
+
+
+class ProfileError(RuntimeError):
+    """The profile cannot go on (cluster unreachable, HTTP error, unusable response); the
+    message says what happened and, where it can, what to do."""
+
+
+def header_json(headers: Mapping[str, str], name: str) -> dict[str, Any] | None:
+    """The JSON object in header `name`; None when absent. Raises ProfileError when it is
+    present but not a JSON object."""
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"header {name} is not JSON: {raw[:200]!r}") from exc
+    if not isinstance(value, dict):
+        raise ProfileError(f"header {name} is not a JSON object: {raw[:200]!r}")
+    return value
+
+
+def cached_tokens(body: Mapping[str, Any], decision: Mapping[str, Any] | None) -> int:
+    """Prompt tokens served from the prefix cache: the engine's count in
+    `usage.prompt_tokens_details.cached_tokens` when present, else the decision header's
+    `cached_tokens`, else 0."""
+    usage = body.get("usage")
+    if isinstance(usage, Mapping):
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, Mapping) and details.get("cached_tokens") is not None:
+            return int(details["cached_tokens"])
+    if decision is not None and decision.get("cached_tokens") is not None:
+        return int(decision["cached_tokens"])
+    return 0
+
+
+def prefill_sample(
+    headers: Mapping[str, str], body: Mapping[str, Any], num_prompt_tokens: int
+) -> PrefillSample | None:
+    """The prefill of one non-streaming completion, or None when it had no remote prefill
+    (the router prefilled it on the decode engine: the timing header has no `prefill` stage).
+
+    Tokens: `usage.prompt_tokens` (else `num_prompt_tokens`, what was sent) minus the cached
+    ones (`cached_tokens`). Raises ProfileError when the timing header is missing (not a
+    pdserve router) or malformed.
+    """
+    timing = header_json(headers, TIMING_HEADER)
+    if timing is None:
+        raise ProfileError(
+            f"the response has no {TIMING_HEADER} header: is this URL a pdserve router?"
+        )
+    seconds = timing.get("prefill")
+    if seconds is None:
+        return None
+    usage = body.get("usage")
+    prompt = num_prompt_tokens
+    if isinstance(usage, Mapping) and usage.get("prompt_tokens") is not None:
+        prompt = int(usage["prompt_tokens"])
+    cached = min(cached_tokens(body, header_json(headers, DECISION_HEADER)), prompt)
+    return PrefillSample(
+        num_uncached_tokens=prompt - cached, num_cached_tokens=cached, seconds=float(seconds)
+    )
+
+
+def tpot_s(first_token_s: float, last_token_s: float, num_tokens: int) -> float | None:
+    """Time per output token after the first: (last − first) / (tokens − 1), from the
+    client's arrival times of the first and last token; None for fewer than 2 tokens."""
+    if num_tokens < 2:
+        return None
+    return max(0.0, last_token_s - first_token_s) / (num_tokens - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeBatch:
+    """One measured decode batch: B streams over `prompt_tokens`-token prompts, each
+    generating `output_tokens`. `client_tpot_s`: per stream, measured by the client;
+    `router_tpot_s`: per stream, from the router's `decode` stage (may be empty)."""
+
+    batch_size: int
+    prompt_tokens: int
+    output_tokens: int
+    client_tpot_s: tuple[float, ...]
+    router_tpot_s: tuple[float, ...] = ()
+
+    def context_tokens(self) -> int:
+        """Context held by the whole batch at the middle of decoding: B x (L + out/2), the
+        cost model's `context_tokens` (a batch total, not per sequence)."""
+        return self.batch_size * (self.prompt_tokens + self.output_tokens // 2)
+
+    def sample(self) -> DecodeSample:
+        """The decode step sample: the median client TPOT over the batch's streams. Raises
+        ProfileError when no stream produced 2+ tokens."""
+        if not self.client_tpot_s:
+            raise ProfileError(
+                f"decode batch B={self.batch_size} L={self.prompt_tokens}: no stream returned "
+                "two or more tokens"
+            )
+        return DecodeSample(
+            batch_size=self.batch_size,
+            context_tokens=self.context_tokens(),
+            step_s=statistics.median(self.client_tpot_s),
+        )
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    """The median, or None for no values."""
+    return statistics.median(values) if values else None

@@ -59,6 +59,34 @@ class Cluster:
         return total
 
 
+def _descendants(pid: int) -> list[int]:
+    """All processes below `pid` (children first found by scanning /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server and every process it started (vLLM's engine core would outlive it)."""
+    tree = _descendants(proc.pid)
+    proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    proc.kill()
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
 def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -168,15 +196,12 @@ def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
             "reference_log": tmp / "reference.log",
         }
     finally:
-        reference.terminate()
+        _kill_tree(reference)
         with contextlib.suppress(Exception):
             import ray
 
             ray.shutdown()
         subprocess.run([pdserve, "down"], env=env, capture_output=True, timeout=120)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            reference.wait(timeout=30)
-        reference.kill()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -212,13 +213,63 @@ def down(log: Callable[[str], None]) -> None:
             ray.shutdown()
     if reachable and (state is None or state.get("started_ray")):
         log("stopping Ray")
-        subprocess.run([_ray_bin(), "stop", "--force"], capture_output=True, check=False)
+        _stop_own_ray(log)
     _kill_orphan_engines(log)
     removed = _clean_shm(set(state.get("shm_before", [])) if state else set())
     if removed:
         log(f"removed {removed} stale shared-memory buffers from /dev/shm")
     with contextlib.suppress(FileNotFoundError):
         state_path.unlink()
+
+
+def _own_ray_pids() -> list[int]:
+    """Ray system processes of THIS cluster (their command lines name its GCS port).
+
+    `ray stop` would stop every Ray cluster on the machine; pdserve stops only its own.
+    """
+    marks = (f":{RAY_PORT}".encode(), f"--gcs_server_port={RAY_PORT}".encode())
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            any(
+                a.startswith((b"--gcs-address=", b"--address=")) and a.endswith(marks[0])
+                for a in args
+            )
+            or marks[1] in args
+        ):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _stop_own_ray(log: Callable[[str], None], grace_s: float = 10.0) -> None:
+    """SIGTERM this cluster's Ray processes, SIGKILL what is left after `grace_s`; Ray's
+    worker processes exit with their raylet."""
+    pids = _own_ray_pids()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    log(f"stopped {len(pids)} Ray processes of this cluster (port {RAY_PORT})")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _engine_pids() -> list[int]:

@@ -11,14 +11,8 @@ import torch
 from safetensors import safe_open
 from transformers import AutoTokenizer
 
-from pdserve.demo_model import (
-    BOS_TOKEN,
-    EOT_TOKEN,
-    MARKER_FILE,
-    SPECIAL_TOKENS,
-    create_demo_model,
-    is_demo_model,
-)
+from pdserve.demo_model import MARKER_FILE, create_demo_model, is_demo_model
+from pdserve.demo_tokenizer import BOS_TOKEN, EOT_TOKEN, SPECIAL_TOKENS
 
 ASSISTANT_HEADER = "<|start_header_id|>assistant<|end_header_id|>\n\n"
 MESSAGES: list[dict[str, Any]] = [

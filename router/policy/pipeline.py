@@ -154,24 +154,11 @@ class RoutingPolicy:
         scores = d_pick.scores
         if self._decider.prefill_locally(request, d):
             uncached = request.num_prompt_tokens - d.num_cached_tokens
-            return Decision(
-                prefill_replica_id=None,
-                decode_replica_id=d.replica_id,
-                engine_priority=self._priority.assign(
-                    request,
-                    d.est_prefill_s,
-                    work.starving_priority(d.replica_id, now_s, self.config.aging_s),
-                ),
-                est_prefill_s=d.est_prefill_s,
-                num_cached_tokens=d.num_cached_tokens,
-                num_cached_tokens_decode=d.num_cached_tokens,
-                reason=(
-                    f"local: decode {d.replica_id} holds all but {uncached} tokens "
-                    f"(< {self._decider.max_uncached_tokens})"
-                ),
-                scores=scores,
-                policy="pdserve",
+            reason = (
+                f"local: decode {d.replica_id} holds all but {uncached} tokens "
+                f"(< {self._decider.max_uncached_tokens})"
             )
+            return self._decision(request, None, d, d, work, now_s, reason, scores)
         p_pick = self._picker.pick(
             request,
             self._filtered("prefill", request, prefill, index, work),
@@ -179,22 +166,35 @@ class RoutingPolicy:
         )
         p = p_pick.candidate
         scores.update(p_pick.scores)
+        reason = (
+            f"remote: prefill {p.replica_id} has {p.num_cached_tokens // self._block_size}/"
+            f"{len(request.block_hashes)} blocks, est {p.est_prefill_s:.3f} s; "
+            f"decode {d.replica_id}"
+        )
+        return self._decision(request, p.replica_id, p, d, work, now_s, reason, scores)
+
+    def _decision(
+        self,
+        request: RequestSummary,
+        prefill_replica_id: str | None,
+        prefilling: Candidate,
+        d: Candidate,
+        work: OutstandingWork,
+        now_s: float,
+        reason: str,
+        scores: dict[str, dict[str, float]],
+    ) -> Decision:
+        """The pdserve decision; `prefilling` is the candidate that computes the prompt (the
+        prefill replica, or the decode replica itself for a local prefill)."""
+        starving = work.starving_priority(prefilling.replica_id, now_s, self.config.aging_s)
         return Decision(
-            prefill_replica_id=p.replica_id,
+            prefill_replica_id=prefill_replica_id,
             decode_replica_id=d.replica_id,
-            engine_priority=self._priority.assign(
-                request,
-                p.est_prefill_s,
-                work.starving_priority(p.replica_id, now_s, self.config.aging_s),
-            ),
-            est_prefill_s=p.est_prefill_s,
-            num_cached_tokens=p.num_cached_tokens,
+            engine_priority=self._priority.assign(request, prefilling.est_prefill_s, starving),
+            est_prefill_s=prefilling.est_prefill_s,
+            num_cached_tokens=prefilling.num_cached_tokens,
             num_cached_tokens_decode=d.num_cached_tokens,
-            reason=(
-                f"remote: prefill {p.replica_id} has {p.num_cached_tokens // self._block_size}/"
-                f"{len(request.block_hashes)} blocks, est {p.est_prefill_s:.3f} s; "
-                f"decode {d.replica_id}"
-            ),
+            reason=reason,
             scores=scores,
             policy="pdserve",
         )

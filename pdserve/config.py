@@ -255,6 +255,17 @@ class RouterConfig(_Strict):
     routing_stats_period_seconds: float = Field(
         default=0.5, gt=0, description="How often Ray Serve polls each replica's load."
     )
+    stream_batch_interval_ms: float = Field(
+        default=50.0,
+        ge=0,
+        le=1000,
+        description=(
+            "Streaming: decode replicas send tokens to the router at most once per this "
+            "interval (the first token and the finish go at once), so a stream costs a few "
+            "messages instead of one per token. 0 = one message per engine step. Ray Serve "
+            "LLM's default is also 50 ms."
+        ),
+    )
 
     def policy_config(self) -> PolicyConfig:
         """The routing policy config with `policy` applied."""

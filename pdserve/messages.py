@@ -85,6 +85,9 @@ class DecodeRequest:
     priority: int = 0
     target_replica_id: str | None = None
     """The decode replica the router's policy chose (None: Ray Serve places by load)."""
+    batch_interval_s: float = 0.0
+    """Send tokens at most once per this many seconds (first token and finish at once);
+    0 = every engine step, inf = first token and the rest at the end (non-streaming)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ request. It raises `OpenAIError` for anything the client must fix; it never form
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ class PreparedRequest:
     prompt_token_ids: list[int]
     sampling: SamplingOptions
     priority: int
+    stream: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,13 @@ class CompletionService:
         self._kv_bytes_per_token = kv_bytes_per_token
         self._tracer = tracer
         self._vocab_size = renderer.vocab_size()
+
+    def _batch_interval_s(self, prepared: PreparedRequest) -> float:
+        """How often the decode replica sends tokens: the configured interval when
+        streaming; without streaming only the first token (for TTFT) and the end."""
+        if not prepared.stream:
+            return math.inf
+        return self._config.router.stream_batch_interval_ms / 1000.0
 
     def _block_bytes(self) -> int:
         """Bytes one KV block holds (blocks read per handoff x this = bytes moved)."""
@@ -219,6 +228,7 @@ class CompletionService:
             prompt_token_ids=ids,
             sampling=sampling,
             priority=req.priority,
+            stream=bool(req.stream),
         )
 
     async def generate(
@@ -257,6 +267,7 @@ class CompletionService:
                     handoff=None,
                     priority=priority,
                     target_replica_id=decode_target,
+                    batch_interval_s=self._batch_interval_s(prepared),
                 )
             )
             return Generation(
@@ -291,6 +302,7 @@ class CompletionService:
                 handoff=result.handoff,
                 priority=priority,
                 target_replica_id=decode_target,
+                batch_interval_s=self._batch_interval_s(prepared),
             )
         )
         kv_bytes = result.handoff.num_blocks * self._block_bytes()
@@ -343,7 +355,7 @@ class CompletionService:
                         m.kv_transfers.inc()
                         m.cached_prompt_tokens.inc(num_cached)
                     m.prompt_tokens.inc(num_prompt)
-                timeline.token_times_s.append(now)
+                timeline.deliveries.append((now, len(chunk.token_ids)))
                 m.generation_tokens.inc(len(chunk.token_ids))
                 yield chunk
             timeline.last_token_s = time.monotonic()

@@ -45,7 +45,8 @@ class Timeline:
     prefill_engine: EngineTimes | None = None
     decode_engine: EngineTimes | None = None
     local_prefill: bool = False
-    token_times_s: list[float] = field(default_factory=list)
+    deliveries: list[tuple[float, int]] = field(default_factory=list)
+    """(router time in s, number of tokens) per stream chunk received from decode."""
     prefill_replica_id: str = ""
     """The replicas that actually served the request (from their own replies)."""
     decode_replica_id: str = ""
@@ -86,6 +87,11 @@ class Timeline:
         return None if self.last_token_s is None else self.last_token_s - self.arrival_s
 
     def inter_token_s(self) -> list[float]:
-        """Gaps between consecutive token deliveries at the router (one per stream chunk)."""
-        t = self.token_times_s
-        return [b - a for a, b in itertools.pairwise(t)]
+        """Per-token inter-token latency at the router: each gap between two chunk
+        deliveries split evenly over the tokens the later chunk carried (a chunk holds
+        several tokens when decode batches its stream)."""
+        out: list[float] = []
+        for (a, _), (b, n) in itertools.pairwise(self.deliveries):
+            if n > 0:
+                out.extend([(b - a) / n] * n)
+        return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
+from pdserve.engine.coalesce import coalesce
 from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
 from pdserve.kv_transfer.connector_config import Role, engine_environment
 from pdserve.kv_transfer.params import PREFILL_REQUEST_PARAMS, KVHandoff
@@ -239,12 +240,13 @@ class EngineServer:
         k = request.sampling.num_logprobs
         num_prompt = len(request.prompt_token_ids)
         first = True
-        async for output in self._engine.generate(
+        outputs = self._engine.generate(
             TokensPrompt(prompt_token_ids=request.prompt_token_ids),
             params,
             request.request_id,
             priority=request.priority,
-        ):
+        )
+        async for output in coalesce(outputs, request.batch_interval_s):
             completion = output.outputs[0]
             finish = completion.finish_reason if output.finished else None
             if finish == "error" or finish == "abort":

@@ -83,6 +83,15 @@ class PolicyConfig(_Strict):
             "tokens; 0 always prefills remotely."
         ),
     )
+    local_prefill_max_cold_tokens: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Prefill on the decode replica any prompt with fewer than this many uncached "
+            "tokens, even one it holds nothing of: too small to be worth a remote prefill "
+            "and a KV transfer. 0 = only extend cached prefixes locally."
+        ),
+    )
     lanes: bool = Field(
         default=True,
         description=(

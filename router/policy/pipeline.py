@@ -85,7 +85,9 @@ class RoutingPolicy:
         self._prefill_scorers = build_scorers(cfg.prefill_weights)
         self._decode_scorers = build_scorers(cfg.decode_weights)
         self._picker = MaxScorePicker(rng)
-        self._decider = LocalPrefillDecider(cfg.local_prefill_max_uncached_tokens)
+        self._decider = LocalPrefillDecider(
+            cfg.local_prefill_max_uncached_tokens, cfg.local_prefill_max_cold_tokens
+        )
         self._priority = PriorityAssigner(cfg.priority_bucket_base_s, cfg.max_priority_levels)
         self._rr_next: dict[PoolName, int] = {"prefill": 0, "decode": 0}
 
@@ -153,11 +155,7 @@ class RoutingPolicy:
         d = d_pick.candidate
         scores = d_pick.scores
         if self._decider.prefill_locally(request, d):
-            uncached = request.num_prompt_tokens - d.num_cached_tokens
-            reason = (
-                f"local: decode {d.replica_id} holds all but {uncached} tokens "
-                f"(< {self._decider.max_uncached_tokens})"
-            )
+            reason = self._decider.reason(request, d)
             return self._decision(request, None, d, d, work, now_s, reason, scores)
         p_pick = self._picker.pick(
             request,

@@ -245,26 +245,51 @@ class Decider(Protocol):
 
 
 class LocalPrefillDecider:
-    """Prefill on the decode replica itself when it already holds part of the prompt (at
-    least one cached block) and all but fewer than `local_prefill_max_uncached_tokens` of it
-    (prompt - cached_on_decode < N): extending a cached prefix locally is cheaper than a remote
-    prefill plus a KV transfer. A prompt the decode replica holds nothing of always goes to the
-    prefill pool, however short, so decode never computes prompts from scratch. N = 0 disables
-    local prefill."""
+    """Prefill on the decode replica itself, skipping the prefill pool and the KV transfer,
+    in two cases (uncached = prompt - what the decode replica already holds):
 
-    def __init__(self, local_prefill_max_uncached_tokens: int) -> None:
-        if local_prefill_max_uncached_tokens < 0:
-            raise ValueError(
-                "local_prefill_max_uncached_tokens must be >= 0, "
-                f"got {local_prefill_max_uncached_tokens}"
-            )
+    - extend: the decode replica holds part of the prompt (at least one cached block) and
+      uncached < `local_prefill_max_uncached_tokens` (N): extending a cached prefix locally is
+      cheaper than a remote prefill plus a KV transfer (agent loops: each step adds a little);
+    - cold: uncached < `local_prefill_max_cold_tokens` (C), even when decode holds nothing: a
+      prefill this small costs the decode engine about one step, less than the remote round
+      trip, the prefill replica's work and the KV transfer it replaces (selective
+      disaggregation; a short chat turn is the common case).
+
+    N = 0 and C = 0 disable each case."""
+
+    def __init__(
+        self, local_prefill_max_uncached_tokens: int, local_prefill_max_cold_tokens: int = 0
+    ) -> None:
+        for name, value in (
+            ("local_prefill_max_uncached_tokens", local_prefill_max_uncached_tokens),
+            ("local_prefill_max_cold_tokens", local_prefill_max_cold_tokens),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
         self.max_uncached_tokens = local_prefill_max_uncached_tokens
+        self.max_cold_tokens = local_prefill_max_cold_tokens
 
     def prefill_locally(self, request: RequestSummary, decode: Candidate) -> bool:
+        uncached: int = request.num_prompt_tokens - decode.num_cached_tokens
+        if uncached < self.max_cold_tokens:
+            return True
         if decode.num_cached_tokens <= 0:
             return False
-        uncached: int = request.num_prompt_tokens - decode.num_cached_tokens
         return uncached < self.max_uncached_tokens
+
+    def reason(self, request: RequestSummary, decode: Candidate) -> str:
+        """Why `prefill_locally` said yes (for the decision header)."""
+        uncached = request.num_prompt_tokens - decode.num_cached_tokens
+        if uncached < self.max_cold_tokens:
+            return (
+                f"local: {uncached} uncached tokens (< {self.max_cold_tokens}) "
+                f"on decode {decode.replica_id}"
+            )
+        return (
+            f"local: decode {decode.replica_id} holds all but {uncached} tokens "
+            f"(< {self.max_uncached_tokens})"
+        )
 
 
 # ---- priority ----

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import Cluster
+from tests.integration.texts import text_of_words
 
 
 def test_health_and_ready(cluster: Cluster) -> None:
@@ -26,8 +28,10 @@ def test_metrics_count_requests_and_handoffs(cluster: Cluster) -> None:
     before_ok = cluster.metric("pdserve_requests_total", {"endpoint": "chat", "status": "200"})
     before_404 = cluster.metric("pdserve_requests_total", {"endpoint": "chat", "status": "404"})
     handoffs = cluster.metric("pdserve_kv_transfers_total")
+    # Long enough to be disaggregated (local.yaml prefills shorter prompts on decode).
+    content = "count me " + text_of_words(200, salt=2024)
     cluster.client().chat.completions.create(
-        model="pdserve-demo", messages=[{"role": "user", "content": "count me"}], max_tokens=2
+        model="pdserve-demo", messages=[{"role": "user", "content": content}], max_tokens=2
     )
     httpx.post(
         f"{cluster.url}/v1/chat/completions",
@@ -45,6 +49,37 @@ def test_metrics_count_requests_and_handoffs(cluster: Cluster) -> None:
     families = {f.name: f.type for f in text_string_to_metric_families(text)}
     assert families["pdserve_requests"] == "counter"
     assert families["pdserve_kv_transfers"] == "counter"
+
+
+def test_a_short_cold_prompt_prefills_on_decode_without_a_handoff(cluster: Cluster) -> None:
+    """Selective disaggregation (local.yaml: local_prefill_max_cold_tokens 128): a short
+    prompt skips the prefill pool and the KV transfer; a long one does not."""
+    threshold = cluster.config.router.routing.local_prefill_max_cold_tokens
+    assert threshold > 0
+    handoffs = cluster.metric("pdserve_kv_transfers_total")
+    with httpx.Client(base_url=cluster.url, timeout=60) as http:
+        short = http.post(
+            "/v1/completions",
+            json={"model": "pdserve-demo", "prompt": "a short cold prompt", "max_tokens": 4},
+        )
+        assert short.status_code == 200, short.text
+        assert short.json()["usage"]["prompt_tokens"] < threshold
+        decision = json.loads(short.headers["x-pdserve-decision"])
+        served = json.loads(short.headers["x-pdserve-served-by"])
+        assert decision["prefill"] is None and served["prefill"] is None, decision
+        assert decision["reason"].startswith("local:"), decision
+        assert cluster.metric("pdserve_kv_transfers_total") == handoffs
+        long = http.post(
+            "/v1/completions",
+            json={
+                "model": "pdserve-demo",
+                "prompt": text_of_words(300, salt=777),
+                "max_tokens": 4,
+            },
+        )
+        assert long.status_code == 200, long.text
+        assert json.loads(long.headers["x-pdserve-decision"])["prefill"] is not None
+        assert cluster.metric("pdserve_kv_transfers_total") == handoffs + 1
 
 
 def test_pool_gauges_follow_the_replicas(cluster: Cluster) -> None:

@@ -54,7 +54,7 @@ def test_timeline_stages_add_up_and_kv_bytes_match(cluster: Cluster) -> None:
 def test_streaming_timing_header_carries_the_ttft_breakdown(cluster: Cluster) -> None:
     body = {
         "model": "pdserve-demo",
-        "prompt": text_of_words(100, salt=4242),
+        "prompt": text_of_words(150, salt=4242),  # disaggregated: over the cold threshold
         "max_tokens": 8,
         "stream": True,
         "stream_options": {"include_usage": True},

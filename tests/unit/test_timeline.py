@@ -19,7 +19,7 @@ def _full(local: bool = False) -> Timeline:
     t.decode_engine = EngineTimes(queued_s=9.0, scheduled_s=9.04, first_token_s=9.06)
     t.first_token_s = 100.45
     t.last_token_s = 101.0
-    t.token_times_s = [100.45, 100.5, 100.7, 101.0]
+    t.deliveries = [(100.45, 1), (100.5, 1), (100.7, 1), (101.0, 1)]
     return t
 
 
@@ -36,6 +36,13 @@ def test_stages_cover_the_path_and_add_up_to_e2e() -> None:
     assert sum(stages.values()) == pytest.approx(t.e2e_s(), rel=1e-4)
     assert t.ttft_s() == pytest.approx(0.45)
     assert t.inter_token_s() == pytest.approx([0.05, 0.2, 0.3])
+
+
+def test_inter_token_latency_splits_a_batched_chunk_over_its_tokens() -> None:
+    t = Timeline(arrival_s=0.0)
+    t.deliveries = [(1.0, 1), (1.2, 4), (1.3, 0), (1.5, 2)]
+    # 0.2 s over 4 tokens; an empty chunk (e.g. the finish) adds no token; 0.2 s over 2.
+    assert t.inter_token_s() == pytest.approx([0.05] * 4 + [0.1] * 2)
 
 
 def test_local_prefill_has_no_prefill_round_trip() -> None:

@@ -163,9 +163,33 @@ def test_local_prefill_decider(prompt: int, cached_on_decode: int, n: int, local
     assert decider.prefill_locally(req(prompt, ()), cand("d0", cached=cached_on_decode)) is local
 
 
+@pytest.mark.parametrize(
+    ("prompt", "cached_on_decode", "n", "c", "local"),
+    [
+        (50, 0, 256, 64, True),  # cold but small: local
+        (64, 0, 256, 64, False),  # not < C
+        (1500, 0, 256, 64, False),  # cold and large: remote
+        (1500, 1472, 0, 64, True),  # 28 uncached: under C even with N = 0
+        (300, 100, 256, 64, True),  # 200 uncached on a cached prefix: the extend case
+        (50, 0, 256, 0, False),  # C = 0: cold prompts always go remote
+    ],
+)
+def test_local_prefill_decider_cold_threshold(
+    prompt: int, cached_on_decode: int, n: int, c: int, local: bool
+) -> None:
+    decider = LocalPrefillDecider(n, c)
+    assert decider.prefill_locally(req(prompt, ()), cand("d0", cached=cached_on_decode)) is local
+    if local:
+        assert decider.reason(req(prompt, ()), cand("d0", cached=cached_on_decode)).startswith(
+            "local: "
+        )
+
+
 def test_local_prefill_decider_rejects_negative() -> None:
     with pytest.raises(ValueError, match="local_prefill_max_uncached_tokens"):
         LocalPrefillDecider(-1)
+    with pytest.raises(ValueError, match="local_prefill_max_cold_tokens"):
+        LocalPrefillDecider(256, -1)
 
 
 # ---- priority ----

@@ -125,6 +125,9 @@ def deploy(
     Calls `on_progress` about once a second while engines start. Raises ClusterError when a
     deployment fails or the timeout passes.
     """
+    # The app's deployment handles are made here, in the driver, and keep the options of this
+    # process: give it the cluster's Serve settings before Serve reads them at import.
+    os.environ.update(_serve_env(config))
     import ray
     from ray import serve
 

@@ -94,6 +94,9 @@ def start_ray(config: PdserveConfig) -> bool:
         f"--num-cpus={os.cpu_count() or 1}",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         "--include-dashboard=false",
+        # The log monitor tails every worker's log to forward it to drivers; pdserve's driver
+        # takes no worker logs (they stay in the session's log files), so it only cost CPU.
+        "--include-log-monitor=false",
         f"--metrics-export-port={RAY_METRICS_PORT}",
         "--disable-usage-stats",
     ]

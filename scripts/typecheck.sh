@@ -16,6 +16,7 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -p pdserve.top \
   -p pdserve.profiling \
   -m pdserve.router.timeline \
+  -m pdserve.engine.coalesce \
   -m pdserve.router.block_hashes \
   -m pdserve.router.kv_size \
   -m pdserve.router.metric_catalog \

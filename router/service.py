@@ -37,6 +37,7 @@ class PreparedRequest:
     sampling: SamplingOptions
     priority: int
     stream: bool = False
+    """The client asked for an SSE stream (also sets how decode batches tokens)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 from typing import IO, Any
 
 from pdserve.bench.peers.procs import Scope
 from pdserve.bench.peers.setups import (
-    Log,
-    Ports,
+    PeerSetup,
     SetupError,
     kill_scope,
     peer_engine_env,
@@ -25,7 +23,6 @@ from pdserve.bench.peers.setups import (
     require_free,
     wait_ready,
 )
-from pdserve.config import PdserveConfig
 from pdserve.kv_transfer.connector_config import Role
 
 
@@ -45,29 +42,18 @@ def api_server_args(engine_kwargs: dict[str, Any]) -> list[str]:
     return out
 
 
-class PlainVLLMSetup:
+class PlainVLLMSetup(PeerSetup):
     """Two `python -m vllm.entrypoints.openai.api_server` + the minimal P/D proxy."""
 
     name = "plain_vllm"
 
-    def __init__(
-        self,
-        config: PdserveConfig,
-        model_path: str,
-        ports: Ports,
-        log_dir: pathlib.Path,
-        log: Log,
-        stock: bool = False,
-    ) -> None:
-        self._config = config
-        self._model_path = model_path
-        self._ports = ports
-        self._log_dir = log_dir
-        self._log = log
-        self._stock = stock
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
-        self.url = f"http://127.0.0.1:{ports.plain_http}"
+
+    def _http_port(self) -> int:
+        return self._ports.plain_http
 
     def scope(self) -> Scope:
         return Scope(root_pids=frozenset(p.pid for p in self._procs))

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 
 from pdserve.bench.peers.peer_env import ensure_peer_env
 from pdserve.bench.peers.procs import Scope
 from pdserve.bench.peers.setups import (
-    Log,
-    Ports,
+    PeerSetup,
     SetupError,
     kill_scope,
     peer_engine_env,
@@ -25,34 +23,19 @@ from pdserve.bench.peers.setups import (
     require_free,
     wait_ready,
 )
-from pdserve.config import PdserveConfig
 from pdserve.kv_transfer.connector_config import Role
 
 RAY_TEMP_DIR = "/tmp/ray-pdpeers"
 OBJECT_STORE_BYTES = 512 << 20
 
 
-class RayServeLLMSetup:
+class RayServeLLMSetup(PeerSetup):
     """Ray Serve LLM (`build_pd_openai_app`), 1 prefill + 1 decode replica."""
 
     name = "ray_serve_llm"
 
-    def __init__(
-        self,
-        config: PdserveConfig,
-        model_path: str,
-        ports: Ports,
-        log_dir: pathlib.Path,
-        log: Log,
-        stock: bool = False,
-    ) -> None:
-        self._config = config
-        self._model_path = model_path
-        self._ports = ports
-        self._log_dir = log_dir
-        self._log = log
-        self._stock = stock
-        self.url = f"http://127.0.0.1:{ports.ray_serve_llm_http}"
+    def _http_port(self) -> int:
+        return self._ports.ray_serve_llm_http
 
     def scope(self) -> Scope:
         return Scope(ray_gcs_port=self._ports.ray_serve_llm_gcs)

@@ -76,6 +76,35 @@ class Setup(Protocol):
     def stop(self) -> None: ...
 
 
+class PeerSetup:
+    """What the two peers (Ray Serve LLM and the floor) are built from: the pdserve config whose
+    engine settings they copy, the model, the harness's ports, log folder and log function,
+    and whether to drop pdserve's CPU placement fixes (`stock`). Subclasses name their HTTP
+    port (`_http_port`) and implement `Setup`."""
+
+    name = ""
+
+    def __init__(
+        self,
+        config: PdserveConfig,
+        model_path: str,
+        ports: Ports,
+        log_dir: pathlib.Path,
+        log: Log,
+        stock: bool = False,
+    ) -> None:
+        self._config = config
+        self._model_path = model_path
+        self._ports = ports
+        self._log_dir = log_dir
+        self._log = log
+        self._stock = stock
+        self.url = f"http://127.0.0.1:{self._http_port()}"
+
+    def _http_port(self) -> int:
+        raise NotImplementedError
+
+
 def peer_engine_kwargs(config: PdserveConfig, role: Role, model_path: str) -> dict[str, Any]:
     """The engine arguments pdserve would use for `role` (no KV events: pdserve's local
     config has them off)."""

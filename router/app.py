@@ -107,7 +107,7 @@ def build_app(
         prepared = _guard(metrics, "chat", lambda: service.prepare_chat(body, rid))
         policy = _guard(metrics, "chat", lambda: policy_of(request))
         return await _serve(
-            service, metrics, "chat", prepared, policy, _include_usage(body), arrival
+            service, metrics, "chat", prepared, policy, body.stream, _include_usage(body), arrival
         )
 
     @app.post("/v1/completions")
@@ -122,6 +122,7 @@ def build_app(
             "completion",
             prepared,
             policy,
+            body.stream,
             _include_usage(body),
             arrival,
         )
@@ -195,6 +196,7 @@ async def _serve(
     kind: Kind,
     prepared: PreparedRequest,
     policy: PolicyName | None,
+    stream: bool,
     include_usage: bool,
     arrival_s: float,
 ) -> Response:
@@ -219,7 +221,7 @@ async def _serve(
         num_prompt_tokens=generation.num_prompt_tokens,
         num_cached_tokens=generation.num_cached_tokens,
     )
-    if not prepared.stream:
+    if not stream:
         try:
             async for chunk in generation.chunks:
                 builder.add(chunk)

@@ -37,7 +37,6 @@ class PreparedRequest:
     sampling: SamplingOptions
     priority: int
     stream: bool = False
-    """The client asked for an SSE stream (also sets how decode batches tokens)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.bench.models import RequestSpec
+from pdserve.router.headers import POLICY_HEADER
 
-POLICY_HEADER = "x-pdserve-policy"
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 

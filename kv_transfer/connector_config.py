@@ -6,16 +6,15 @@ the engine starts.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pdserve.config import PdserveConfig
+from pdserve.router.policy.types import PoolName
 
-Role = Literal["prefill", "decode"]
-
-_KV_ROLE: dict[Role, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+_KV_ROLE: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 
-def kv_transfer_config(config: PdserveConfig, role: Role) -> dict[str, Any]:
+def kv_transfer_config(config: PdserveConfig, role: PoolName) -> dict[str, Any]:
     """The `kv_transfer_config` engine arg for a prefill or decode engine."""
     kv = config.kv_transfer
     return {
@@ -29,7 +28,7 @@ def kv_transfer_config(config: PdserveConfig, role: Role) -> dict[str, Any]:
 
 
 def engine_environment(
-    config: PdserveConfig, role: Role, side_channel_port: int, node_ip: str = "127.0.0.1"
+    config: PdserveConfig, role: PoolName, side_channel_port: int, node_ip: str = "127.0.0.1"
 ) -> dict[str, str]:
     """Environment variables one replica sets before starting its engine.
 

@@ -53,4 +53,4 @@ def _pin_kv_cores(cores: list[int]) -> None:
     def discover_numa_topology(cls: type) -> list[list[int]]:
         return [chosen]
 
-    CpuPlatform.discover_numa_topology = classmethod(discover_numa_topology)  # type: ignore[assignment,method-assign]
+    CpuPlatform.discover_numa_topology = classmethod(discover_numa_topology)

@@ -1,4 +1,6 @@
-"""The `pdserve` command line: up, down, demo-model, serve-config."""
+"""The `pdserve` command line: run a local cluster (up, down), inspect its config
+(serve-config, config-schema), make the demo model (demo-model), and measure and watch a cluster
+(bench, kv-check, profile, top)."""
 
 from __future__ import annotations
 
@@ -139,7 +141,12 @@ def serve_config(config: ConfigOpt = None) -> None:
     typer.echo(yaml.safe_dump(serve_config_for(cfg), sort_keys=False))
 
 
-app.command("bench")(bench)  # pdserve.bench: load generator / benchmark
+# Commands defined in their own packages. `short_help` is their one line in `pdserve --help`
+# (their docstrings, shown by `pdserve COMMAND --help`, run over several lines).
+app.command(
+    "bench",
+    short_help="Benchmark an OpenAI-compatible endpoint; compare routing policies (--compare).",
+)(bench)  # pdserve.bench
 
 
 @app.command("config-schema")
@@ -150,9 +157,18 @@ def config_schema() -> None:
     typer.echo(json.dumps(PdserveConfig.model_json_schema(), indent=2))
 
 
-app.command("kv-check")(kv_check)  # pdserve.kv_transfer.fabric_check: NIXL fabric check
-app.command("profile")(profile)  # pdserve.profiling: calibrate the cost model
-app.command("top")(top)  # pdserve.top: live terminal view of the cluster
+app.command(
+    "kv-check",
+    short_help="Measure NIXL latency and bandwidth between two agents; catch a TCP fallback.",
+)(kv_check)  # pdserve.kv_transfer.fabric_check
+app.command(
+    "profile",
+    short_help="Calibrate the router's cost model on the running engines; print or --write it.",
+)(profile)  # pdserve.profiling
+app.command(
+    "top",
+    short_help="Live terminal view of a running cluster: pools, latencies, KV transfer, routing.",
+)(top)  # pdserve.top
 
 
 def main() -> None:

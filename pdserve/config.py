@@ -11,19 +11,16 @@ import pathlib
 from typing import Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from pdserve.router.policy.config import PolicyConfig
+from pdserve.router.policy.strict import StrictModel
 from pdserve.router.policy.types import PolicyName
 
 DEMO_MODEL_ID = "pdserve-demo"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     """Which model both pools serve (they must serve the same one)."""
 
     source: str = Field(
@@ -49,7 +46,7 @@ class ModelConfig(_Strict):
     seed: int = Field(default=0, description="Engine seed (same on every replica).")
 
 
-class AutoscalingConfig(_Strict):
+class AutoscalingConfig(StrictModel):
     """Ray Serve autoscaling bounds for one pool."""
 
     min_replicas: int = Field(default=1, ge=0, description="Fewest replicas kept running.")
@@ -70,7 +67,7 @@ class AutoscalingConfig(_Strict):
         return self
 
 
-class EngineConfig(_Strict):
+class EngineConfig(StrictModel):
     """vLLM engine settings for one role."""
 
     max_num_seqs: int = Field(default=64, gt=0, description="Concurrent sequences per engine.")
@@ -124,7 +121,7 @@ class EngineConfig(_Strict):
     )
 
 
-class PoolConfig(_Strict):
+class PoolConfig(StrictModel):
     """One pool (prefill or decode): replicas, autoscaling, resources, engine."""
 
     num_replicas: int = Field(default=1, ge=1, description="Replicas when autoscaling is off.")
@@ -155,7 +152,7 @@ class PoolConfig(_Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig, description="vLLM settings.")
 
 
-class KVTransferConfig(_Strict):
+class KVTransferConfig(StrictModel):
     """How KV moves from prefill to decode (vLLM NixlConnector over NIXL)."""
 
     connector: Literal["NixlConnector"] = Field(
@@ -204,7 +201,7 @@ class KVTransferConfig(_Strict):
     )
 
 
-class RouterConfig(_Strict):
+class RouterConfig(StrictModel):
     """The OpenAI-compatible HTTP router."""
 
     host: str = Field(default="127.0.0.1", description="HTTP bind address.")
@@ -220,7 +217,8 @@ class RouterConfig(_Strict):
         default="pdserve",
         description=(
             "Routing policy: 'pdserve' (prefill-cost- and cache-aware), or the baselines "
-            "'round_robin' and 'least_loaded'."
+            "'round_robin' and 'least_loaded'. With allow_policy_override, a request's "
+            "x-pdserve-policy header overrides it."
         ),
     )
     allow_policy_override: bool = Field(
@@ -231,7 +229,10 @@ class RouterConfig(_Strict):
     )
     routing: PolicyConfig = Field(
         default_factory=PolicyConfig,
-        description="Scorer weights, local-prefill threshold, priorities and cost model.",
+        description=(
+            "Settings of the routing policy (which one decides is `policy`): scorer weights, "
+            "local-prefill thresholds, lanes, priorities and cost model."
+        ),
     )
     prefix_index: Literal["auto", "events", "approximate"] = Field(
         default="auto",
@@ -267,12 +268,8 @@ class RouterConfig(_Strict):
         ),
     )
 
-    def policy_config(self) -> PolicyConfig:
-        """The routing policy config with `policy` applied."""
-        return self.routing.model_copy(update={"policy": self.policy})
 
-
-class PdserveConfig(_Strict):
+class PdserveConfig(StrictModel):
     """A whole deployment."""
 
     platform: Literal["cpu", "cuda"] = Field(default="cpu", description="Engine build in use.")

@@ -158,7 +158,7 @@ def _save_model(out_dir: Path, seed: int, tokenizer: Tokenizer) -> None:
     # default initialisation (which _init_weights then overwrites completely).
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
+        model = LlamaForCausalLM(config)
     _init_weights(model, seed, emittable_token_ids(tokenizer))
     dtypes = {tensor.dtype for tensor in model.state_dict().values()}
     if dtypes != {torch.float32}:
@@ -168,7 +168,7 @@ def _save_model(out_dir: Path, seed: int, tokenizer: Tokenizer) -> None:
     state_dict = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
     save_file(state_dict, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(str(out_dir))
-    GenerationConfig(  # type: ignore[no-untyped-call]
+    GenerationConfig(
         bos_token_id=bos_id,
         eos_token_id=[eos_id, eot_id],
         pad_token_id=pad_id,

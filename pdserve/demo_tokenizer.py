@@ -224,7 +224,7 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: Path) -> None:
     """Save ``tokenizer`` as a ``PreTrainedTokenizerFast`` plus legacy-compatible metadata."""
     from transformers import PreTrainedTokenizerFast
 
-    hf_tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    hf_tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,

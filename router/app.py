@@ -1,38 +1,45 @@
-"""The router's HTTP surface: OpenAI endpoints, health, readiness, metrics (FastAPI).
+"""The router's HTTP surface (FastAPI): a thin adapter over preparing, orchestrating and
+observing requests.
 
-`build_app(service, metrics, dispatcher)` returns the ASGI app; the Ray Serve `Router`
-deployment (router/deployment.py) builds it once per replica.
+`build_app(...)` returns the ASGI app; the Ray Serve `Router` deployment (router/deployment.py)
+builds it once per replica. Per request: `RequestPreparer` validates and tokenizes,
+`Orchestrator` runs placement → prefill → decode, `RouterObserver` counts and times it; this
+module only turns their results into OpenAI JSON bodies, SSE streams and headers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar, get_args
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from typing import Any, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
-from pdserve.router.dispatch import Dispatcher
+from pdserve.messages import DecodeChunk
 from pdserve.router.errors import OpenAIError, error_body, install_error_handlers
-from pdserve.router.metrics import RouterMetrics
+from pdserve.router.headers import (
+    DECISION_HEADER,
+    POLICY_HEADER,
+    REQUEST_ID_HEADER,
+    SERVED_BY_HEADER,
+    TIMING_HEADER,
+)
+from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
+from pdserve.router.orchestrate import Generation, Orchestrator
 from pdserve.router.policy.types import PolicyName
-from pdserve.router.responses import Kind, ResponseBuilder
-from pdserve.router.service import CompletionService, Generation, PreparedRequest
+from pdserve.router.prepare import PreparedRequest, RequestPreparer
+from pdserve.router.responses import ResponseBuilder
+from pdserve.router.status import ClusterStatus
 
 _DONE = "[DONE]"
-POLICY_HEADER = "x-pdserve-policy"
-DECISION_HEADER = "x-pdserve-decision"
-TIMING_HEADER = "x-pdserve-timing"
-REQUEST_ID_HEADER = "x-request-id"
 ARRIVAL_KEY = "pdserve_arrival_s"
-SERVED_BY_HEADER = "x-pdserve-served-by"
-T = TypeVar("T")
 
 
 def _dumps(obj: Any) -> str:
@@ -40,9 +47,10 @@ def _dumps(obj: Any) -> str:
 
 
 def build_app(
-    service: CompletionService,
-    metrics: RouterMetrics,
-    dispatcher: Dispatcher,
+    preparer: RequestPreparer,
+    orchestrator: Orchestrator,
+    observer: RouterObserver,
+    status: ClusterStatus,
     allow_policy_override: bool = False,
 ) -> FastAPI:
     """The router's FastAPI app. `allow_policy_override` enables the x-pdserve-policy header
@@ -50,6 +58,7 @@ def build_app(
     app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
     install_error_handlers(app)
     app.add_middleware(ArrivalStampMiddleware)
+    completions = CompletionHandler(preparer, orchestrator, observer, allow_policy_override)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -57,74 +66,35 @@ def build_app(
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        pools = service.pools_ready()
-        if pools is None:  # the replica view is not attached yet: ask the pools directly
-            pools = await dispatcher.pools_ready(timeout_seconds=5.0)
+        pools = await status.pools_ready()
         ok = all(pools.values())
         return JSONResponse({"ready": ok, "pools": pools}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        service.update_pool_gauges()
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        observer.update_pool_gauges()
+        body = observer.metrics.render()
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/pdserve/replicas")
     async def replicas() -> dict[str, Any]:
-        return service.replicas()
+        return status.replicas()
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {"id": service.model_id, "object": "model", "created": 0, "owned_by": "pdserve"}
-            ],
-        }
-
-    def policy_of(request: Request) -> PolicyName | None:
-        name = request.headers.get(POLICY_HEADER)
-        if name is None:
-            return None
-        if not allow_policy_override:
-            raise OpenAIError(
-                400,
-                f"the {POLICY_HEADER} header is disabled on this deployment "
-                "(router.allow_policy_override: false)",
-                param=POLICY_HEADER,
-            )
-        if name not in get_args(PolicyName):
-            raise OpenAIError(
-                400,
-                f"unknown routing policy {name!r}; use one of {', '.join(get_args(PolicyName))}",
-                param=POLICY_HEADER,
-            )
-        return name  # type: ignore[return-value]
+        model = {"id": preparer.model_id, "object": "model", "created": 0, "owned_by": "pdserve"}
+        return {"object": "list", "data": [model]}
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
-        arrival = _arrival(request)
-        rid = _request_id(request)
-        prepared = _guard(metrics, "chat", lambda: service.prepare_chat(body, rid))
-        policy = _guard(metrics, "chat", lambda: policy_of(request))
-        return await _serve(
-            service, metrics, "chat", prepared, policy, body.stream, _include_usage(body), arrival
+        return await completions.handle(
+            "chat", request, lambda rid: preparer.prepare_chat(body, rid)
         )
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        arrival = _arrival(request)
-        rid = _request_id(request)
-        prepared = _guard(metrics, "completion", lambda: service.prepare_completion(body, rid))
-        policy = _guard(metrics, "completion", lambda: policy_of(request))
-        return await _serve(
-            service,
-            metrics,
-            "completion",
-            prepared,
-            policy,
-            body.stream,
-            _include_usage(body),
-            arrival,
+    async def completion(body: CompletionRequest, request: Request) -> Response:
+        return await completions.handle(
+            "completion", request, lambda rid: preparer.prepare_completion(body, rid)
         )
 
     return app
@@ -143,6 +113,132 @@ class ArrivalStampMiddleware:
         await self._app(scope, receive, send)
 
 
+class CompletionHandler:
+    """Serves chat and completion requests: prepare → orchestrate → JSON or SSE response.
+    Every accepted request's observation is ended exactly once with its HTTP status."""
+
+    def __init__(
+        self,
+        preparer: RequestPreparer,
+        orchestrator: Orchestrator,
+        observer: RouterObserver,
+        allow_policy_override: bool,
+    ):
+        self._preparer = preparer
+        self._orchestrator = orchestrator
+        self._observer = observer
+        self._allow_policy_override = allow_policy_override
+
+    async def handle(
+        self, endpoint: Endpoint, request: Request, prepare: Callable[[str], PreparedRequest]
+    ) -> Response:
+        arrival_s = _arrival(request)
+        try:
+            prepared = prepare(_request_id(request))
+            policy = self._policy_of(request)
+        except OpenAIError as exc:
+            self._observer.rejected(endpoint, exc.status)
+            raise
+        obs = self._observer.start(endpoint, prepared.request_id, arrival_s)
+        created = int(time.time())
+        with _ends(obs):
+            generation = await self._orchestrator.run(prepared, obs, policy)
+        builder = ResponseBuilder(
+            kind=endpoint,
+            request_id=prepared.request_id,
+            model=self._preparer.model_id,
+            created=created,
+            num_prompt_tokens=generation.num_prompt_tokens,
+            num_cached_tokens=generation.num_cached_tokens,
+        )
+        if not prepared.stream:
+            with _ends(obs):
+                async for chunk in generation.chunks:
+                    builder.add(chunk)
+            obs.ended(200)
+            return JSONResponse(builder.body(), headers=_headers(obs))
+        # Wait for the first token before answering, so the timing header can carry the TTFT
+        # breakdown and a failure before the first token is a proper HTTP error.
+        with _ends(obs):
+            first = await anext(generation.chunks, None)
+        events = _events(obs, builder, generation, first, prepared.include_usage)
+        return EventSourceResponse(events, ping=3600, sep="\n", headers=_headers(obs))
+
+    def _policy_of(self, request: Request) -> PolicyName | None:
+        name = request.headers.get(POLICY_HEADER)
+        if name is None:
+            return None
+        if not self._allow_policy_override:
+            raise OpenAIError(
+                400,
+                f"the {POLICY_HEADER} header is disabled on this deployment "
+                "(router.allow_policy_override: false)",
+                param=POLICY_HEADER,
+            )
+        if name not in get_args(PolicyName):
+            raise OpenAIError(
+                400,
+                f"unknown routing policy {name!r}; use one of {', '.join(get_args(PolicyName))}",
+                param=POLICY_HEADER,
+            )
+        return name  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _ends(obs: RequestObservation) -> Iterator[None]:
+    """If the block fails, end the observation with the failure's status (the OpenAIError's;
+    499 when cancelled because the client went away; else 500) and re-raise."""
+    try:
+        yield
+    except OpenAIError as exc:
+        obs.ended(exc.status)
+        raise
+    except asyncio.CancelledError:
+        obs.ended(499)
+        raise
+    except Exception:
+        obs.ended(500)
+        raise
+
+
+async def _events(
+    obs: RequestObservation,
+    builder: ResponseBuilder,
+    generation: Generation,
+    first: DecodeChunk | None,
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    """The SSE payloads of a streamed response (sse-starlette adds the framing)."""
+    chunks: AsyncGenerator[DecodeChunk, None] = generation.chunks
+    status = 500
+    try:
+        if builder.kind == "chat":
+            yield _dumps(builder.first_chat_chunk())
+        if first is not None:
+            builder.add(first)
+            yield _dumps(builder.stream_chunk(first))
+            async for chunk in chunks:
+                builder.add(chunk)
+                yield _dumps(builder.stream_chunk(chunk))
+        if include_usage:
+            final = builder.usage_chunk()
+            final["pdserve_timing"] = obs.timeline.stages()
+            yield _dumps(final)
+        yield _DONE
+        status = 200
+    except (asyncio.CancelledError, GeneratorExit):
+        status = 499  # the client went away; closing the stream aborts the decode request
+        raise
+    except OpenAIError as exc:
+        status = exc.status
+        yield _dumps(error_body(exc.status, exc.message, exc.param, exc.code))
+    except Exception as exc:
+        yield _dumps(error_body(500, f"generation failed: {exc}"))
+    finally:
+        await chunks.aclose()
+        obs.ended(status)
+
+
 def _arrival(request: Request) -> float:
     return float(request.scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic()))
 
@@ -155,123 +251,28 @@ def _request_id(request: Request) -> str:
     return uuid.uuid4().hex
 
 
-def _include_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
-    return bool(body.stream and body.stream_options and body.stream_options.include_usage)
-
-
-def _guard(metrics: RouterMetrics, endpoint: str, step: Callable[[], T]) -> T:
-    """Run a validation step, counting its rejection."""
-    try:
-        return step()
-    except OpenAIError as exc:
-        metrics.requests.labels(endpoint, "none", str(exc.status)).inc()
-        raise
-
-
-def _served_by(generation: Generation) -> str:
-    """Which replicas really served the request (compare with x-pdserve-decision)."""
-    t = generation.timeline
-    return _dumps({"prefill": t.prefill_replica_id or None, "decode": t.decode_replica_id})
-
-
-def _decision_header(generation: Generation) -> dict[str, str]:
-    d = generation.decision
-    if d is None:
-        return {}
-    info = {
-        "policy": d.policy,
-        "prefill": d.prefill_replica_id,
-        "decode": d.decode_replica_id,
-        "priority": d.engine_priority,
-        "est_prefill_s": round(d.est_prefill_s, 4),
-        "cached_tokens": d.num_cached_tokens,
-        "reason": d.reason,
+def _headers(obs: RequestObservation) -> dict[str, str]:
+    """x-pdserve-decision (when the policy placed it), x-pdserve-timing (the stages so far)
+    and x-pdserve-served-by (the replicas that really served it, from their replies).
+    Ray Serve's proxy already returns x-request-id: the same id as the timeline's."""
+    t = obs.timeline
+    headers = {
+        TIMING_HEADER: _dumps(t.stages()),
+        SERVED_BY_HEADER: _dumps(
+            {"prefill": t.prefill_replica_id or None, "decode": t.decode_replica_id}
+        ),
     }
-    return {DECISION_HEADER: _dumps(info)}
-
-
-async def _serve(
-    service: CompletionService,
-    metrics: RouterMetrics,
-    kind: Kind,
-    prepared: PreparedRequest,
-    policy: PolicyName | None,
-    stream: bool,
-    include_usage: bool,
-    arrival_s: float,
-) -> Response:
-    created = int(time.time())
-    try:
-        generation = await service.generate(prepared, policy, arrival_s)
-    except OpenAIError as exc:
-        metrics.requests.labels(kind, "none", str(exc.status)).inc()
-        raise
-    except Exception:
-        metrics.requests.labels(kind, "none", "500").inc()
-        raise
-    decision = generation.decision_label
-    # Ray Serve's proxy already returns x-request-id (the client's, or one it made and put in
-    # the request headers, which `_request_id` reads): the same id as the timeline's.
-    headers = _decision_header(generation)
-    builder = ResponseBuilder(
-        kind=kind,
-        request_id=prepared.request_id,
-        model=service.model_id,
-        created=created,
-        num_prompt_tokens=generation.num_prompt_tokens,
-        num_cached_tokens=generation.num_cached_tokens,
-    )
-    if not stream:
-        try:
-            async for chunk in generation.chunks:
-                builder.add(chunk)
-        except Exception:
-            metrics.requests.labels(kind, decision, "500").inc()
-            raise
-        metrics.requests.labels(kind, decision, "200").inc()
-        headers[TIMING_HEADER] = _dumps(generation.timeline.stages())
-        headers[SERVED_BY_HEADER] = _served_by(generation)
-        return JSONResponse(builder.body(), headers=headers)
-
-    # Wait for the first token before answering, so the timing header can carry the TTFT
-    # breakdown and a failure before the first token is a proper HTTP error.
-    chunks = generation.chunks.__aiter__()
-    try:
-        first = await anext(chunks)
-    except StopAsyncIteration:
-        first = None
-    except Exception:
-        metrics.requests.labels(kind, decision, "500").inc()
-        raise
-    headers[TIMING_HEADER] = _dumps(generation.timeline.stages())
-    headers[SERVED_BY_HEADER] = _served_by(generation)
-
-    async def events() -> AsyncIterator[str]:
-        status = "200"
-        try:
-            if kind == "chat":
-                yield _dumps(builder.first_chat_chunk())
-            if first is not None:
-                builder.add(first)
-                yield _dumps(builder.stream_chunk(first))
-            async for chunk in chunks:
-                builder.add(chunk)
-                yield _dumps(builder.stream_chunk(chunk))
-            if include_usage:
-                final = builder.usage_chunk()
-                final["pdserve_timing"] = generation.timeline.stages()
-                yield _dumps(final)
-            yield _DONE
-        except asyncio.CancelledError:
-            status = "499"  # the client went away; cancellation aborts both engines
-            raise
-        except OpenAIError as exc:
-            status = str(exc.status)
-            yield _dumps(error_body(exc.status, exc.message, exc.param, exc.code))
-        except Exception as exc:
-            status = "500"
-            yield _dumps(error_body(500, f"generation failed: {exc}"))
-        finally:
-            metrics.requests.labels(kind, decision, status).inc()
-
-    return EventSourceResponse(events(), ping=3600, sep="\n", headers=headers)
+    d = obs.decision
+    if d is not None:
+        headers[DECISION_HEADER] = _dumps(
+            {
+                "policy": d.policy,
+                "prefill": d.prefill_replica_id,
+                "decode": d.decode_replica_id,
+                "priority": d.engine_priority,
+                "est_prefill_s": round(d.est_prefill_s, 4),
+                "cached_tokens": d.num_cached_tokens,
+                "reason": d.reason,
+            }
+        )
+    return headers

@@ -1,4 +1,11 @@
-"""The Router Ray Serve deployment: FastAPI ingress built once per replica."""
+"""The Router Ray Serve deployment: builds the request path once per replica and serves it.
+
+Ray Serve constructs `Router` once per router replica (the FastAPI ingress); the pool handles
+come in as constructor arguments. Everything the request path needs is built here and passed
+in — no module globals: the tokenizer (`RequestPreparer`), the replica view and policy
+(`Placer`), the pools (`Orchestrator` over a `RayServeDispatcher`), metrics and tracing
+(`RouterObserver`), operator views (`ClusterStatus`).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +20,15 @@ from pdserve.router.app import build_app
 from pdserve.router.dispatch import RayServeDispatcher
 from pdserve.router.kv_size import kv_bytes_per_token
 from pdserve.router.metrics import RouterMetrics
+from pdserve.router.observe import RouterObserver
+from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
 from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.policy.types import PoolName
+from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.replica_view import ReplicaSource, ReplicaView
-from pdserve.router.service import CompletionService
+from pdserve.router.status import ClusterStatus
 from pdserve.router.tracing import RequestTracer
 
 
@@ -26,36 +37,35 @@ class Router:
 
     def __init__(self, config: dict[str, Any], prefill: Any, decode: Any):
         # This process serves only the router: drop the *_created series from /metrics.
-        prometheus_client.disable_created_metrics()
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self._config = PdserveConfig.model_validate(config)
-        self._metrics = RouterMetrics()
-        self._dispatcher = RayServeDispatcher(prefill, decode)
+        router = self._config.router
+        dispatcher = RayServeDispatcher(prefill, decode)
         uses_events = self._config.prefill.engine.kv_events and self._config.decode.engine.kv_events
-        mode = self._config.router.prefix_index
+        mode = router.prefix_index
         if mode == "auto":
             mode = "events" if uses_events else "approximate"
         self._view = ReplicaView(PrefixIndex(mode=mode))
-        placer = Placer(self._config.router.policy_config(), self._view)
-        endpoint = self._config.router.otlp_traces_endpoint
-        self._tracer = RequestTracer(endpoint) if endpoint else None
-        model_path = resolve_model(self._config.model)
-        renderer = PromptRenderer(model_path)
-        self._service = CompletionService(
-            self._config,
-            renderer,
-            self._dispatcher,
-            self._metrics,
+        placer = Placer(router.routing, self._view, policy=router.policy)
+        self._tracer = (
+            RequestTracer(router.otlp_traces_endpoint) if router.otlp_traces_endpoint else None
+        )
+        renderer = PromptRenderer(resolve_model(self._config.model))
+        self._preparer = RequestPreparer(self._config, renderer)
+        self._orchestrator = Orchestrator(router, dispatcher, placer)
+        self._observer = RouterObserver(
+            RouterMetrics(),
             placer,
+            self._tracer,
             kv_bytes_per_token=kv_bytes_per_token(
                 renderer.model_config(), self._config.model.dtype
             ),
-            tracer=self._tracer,
         )
+        self._status = ClusterStatus(placer, dispatcher)
 
-    def attach_request_router(self, pool: str, source: ReplicaSource) -> None:
+    def attach_request_router(self, pool: PoolName, source: ReplicaSource) -> None:
         """Called by PdserveRequestRouter when Ray Serve creates it in this process."""
-        if pool in ("prefill", "decode"):
-            self._view.attach(pool, source)  # type: ignore[arg-type]
+        self._view.attach(pool, source)
 
     def __del__(self) -> None:
         tracer = getattr(self, "_tracer", None)
@@ -64,8 +74,9 @@ class Router:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_app(
-            self._service,
-            self._metrics,
-            self._dispatcher,
+            self._preparer,
+            self._orchestrator,
+            self._observer,
+            self._status,
             allow_policy_override=self._config.router.allow_policy_override,
         )

@@ -1,28 +1,33 @@
-"""Where a request's prefill and decode run. The seam where a routing policy slots in.
+"""How the router talks to the pools: the `Dispatcher` seam and its Ray Serve adapter.
 
-`Dispatcher` is called by the router once per request: `prefill()` then `decode()`.
-`RayServeDispatcher` sends both through Ray Serve deployment handles (Ray Serve's own
-replica choice for now; a policy-driven request router replaces it later).
+The orchestrator (router/orchestrate.py) calls a `Dispatcher` once per request: `prefill()`
+(unless the policy chose a local prefill) then `decode()`. Which replica serves each call is
+the routing policy's choice, carried in the messages' `target_replica_id` and enforced by
+pdserve's Ray Serve request router (router/replica_router.py). Unit tests drive the
+orchestrator with a fake `Dispatcher`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, PrefillResult
 
 
 class Dispatcher(Protocol):
-    """Runs one request's two phases. Cancelling either call aborts the engine request."""
+    """Runs one request's two phases on the pools."""
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
-        """Prefill on a prefill replica; returns where the KV waits for decode."""
+        """Prefill on a prefill replica; returns where the KV waits for decode. Cancelling
+        the call aborts the engine request."""
         ...
 
-    def decode(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
-        """Stream the generation from a decode replica."""
+    def decode(self, request: DecodeRequest) -> AsyncGenerator[DecodeChunk, None]:
+        """Stream the generation from a decode replica (nothing is sent until the first
+        `anext`). Cancelling an `anext`, or closing the stream before its end, aborts the
+        engine request."""
         ...
 
     async def pools_ready(self, timeout_seconds: float) -> dict[str, bool]:
@@ -42,9 +47,16 @@ class RayServeDispatcher:
         result: PrefillResult = await self._prefill.prefill.remote(request)
         return result
 
-    async def decode(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
-        async for chunk in self._decode.generate.remote(request):
-            yield chunk
+    async def decode(self, request: DecodeRequest) -> AsyncGenerator[DecodeChunk, None]:
+        response = self._decode.generate.remote(request)
+        finished = False
+        try:
+            async for chunk in response:
+                yield chunk
+            finished = True
+        finally:
+            if not finished:  # closed early: cancel the replica's generation too
+                response.cancel()
 
     async def pools_ready(self, timeout_seconds: float) -> dict[str, bool]:
         async def ping(handle: Any) -> bool:

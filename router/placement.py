@@ -27,9 +27,11 @@ class Placer:
         policy_config: PolicyConfig,
         view: ReplicaView,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        policy: PolicyName,
     ):
         self._policy_config = policy_config
-        self._policy = RoutingPolicy(policy_config)
+        self._policy = RoutingPolicy(policy_config, policy=policy)
         self._view = view
         self._work = OutstandingWork()
         self._clock = clock
@@ -57,7 +59,8 @@ class Placer:
         if block_size != self._policy.config.block_size_tokens:
             # Hash prompts with the engines' own KV block size (KV events use it too).
             self._policy = RoutingPolicy(
-                self._policy_config.model_copy(update={"block_size_tokens": block_size})
+                self._policy_config.model_copy(update={"block_size_tokens": block_size}),
+                policy=self._policy.policy,
             )
         summary = RequestSummary(
             request_id=request_id,

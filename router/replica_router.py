@@ -13,9 +13,11 @@ process. It does two things:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast, get_args
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+
+from pdserve.router.policy.types import PoolName
 
 log = logging.getLogger("pdserve.router")
 
@@ -25,11 +27,15 @@ def _load(replica: RunningReplica) -> float:
     return float(stats.get("num_running_requests", 0)) + float(stats.get("num_waiting_requests", 0))
 
 
-class PdserveRequestRouter(RequestRouter):
+class PdserveRequestRouter(RequestRouter):  # type: ignore[misc]  # Ray is Any to mypy
     """Places requests on the replica named in the request; see module docstring."""
 
     def initialize_state(self, pool: str = "", **kwargs: Any) -> None:
-        self.pool = pool
+        if pool not in get_args(PoolName):
+            raise ValueError(
+                f"request_router_kwargs.pool must be 'prefill' or 'decode', got {pool!r}"
+            )
+        self.pool = cast(PoolName, pool)
         self._attached = False
         self._try_attach()
 

@@ -10,16 +10,21 @@ ln -s ../../pdserve/engine "$tree/pdserve/engine"
 for pkg in router prefill_pool decode_pool kv_transfer deploy bench; do
   ln -s "../../$pkg" "$tree/pdserve/$pkg"
 done
+# The pure core (config, policy, cost model) and the serving core: router, engine host, both
+# pools, KV transfer (without the fabric benchmark) and the Ray Serve app builder. vLLM, Ray
+# and torch are huge and barely typed: mypy treats them as Any (pyproject [[tool.mypy.overrides]]).
 MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.config \
-  -p pdserve.router.policy \
-  -p pdserve.top \
-  -p pdserve.profiling \
-  -m pdserve.router.timeline \
-  -m pdserve.engine.coalesce \
-  -m pdserve.router.block_hashes \
-  -m pdserve.router.kv_size \
-  -m pdserve.router.metric_catalog \
-  -m pdserve.router.openai_models \
+  -m pdserve.messages \
+  -m pdserve.model_source \
+  -p pdserve.router \
+  -p pdserve.engine \
+  -p pdserve.prefill_pool \
+  -p pdserve.decode_pool \
   -m pdserve.kv_transfer.params \
-  -m pdserve.kv_transfer.connector_config
+  -m pdserve.kv_transfer.connector_config \
+  -m pdserve.kv_transfer.ports \
+  -m pdserve.kv_transfer.vllm_plugin \
+  -p pdserve.deploy \
+  -p pdserve.top \
+  -p pdserve.profiling

@@ -23,7 +23,7 @@ from pdserve.bench.peers.setups import (
     require_free,
     wait_ready,
 )
-from pdserve.kv_transfer.connector_config import Role
+from pdserve.router.policy.types import PoolName
 
 
 def api_server_args(engine_kwargs: dict[str, Any]) -> list[str]:
@@ -63,7 +63,7 @@ class PlainVLLMSetup(PeerSetup):
         self._logs.append(out)
         self._procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
 
-    def _server(self, role: Role, http_port: int, side_channel_port: int) -> None:
+    def _server(self, role: PoolName, http_port: int, side_channel_port: int) -> None:
         kwargs = peer_engine_kwargs(self._config, role, self._model_path)
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
         cmd += api_server_args(kwargs)

@@ -23,7 +23,7 @@ from pdserve.bench.peers.setups import (
     require_free,
     wait_ready,
 )
-from pdserve.kv_transfer.connector_config import Role
+from pdserve.router.policy.types import PoolName
 
 RAY_TEMP_DIR = "/tmp/ray-pdpeers"
 OBJECT_STORE_BYTES = 512 << 20
@@ -77,7 +77,7 @@ class RayServeLLMSetup(PeerSetup):
             "model_id": self._config.model.served_model_name,
             "model_path": self._model_path,
         }
-        roles: tuple[tuple[Role, int], ...] = (
+        roles: tuple[tuple[PoolName, int], ...] = (
             ("prefill", p.side_channel[0]),
             ("decode", p.side_channel[1]),
         )

@@ -26,7 +26,8 @@ from pdserve.bench.peers.procs import ProcRecord, Scope
 from pdserve.bench.peers.sampler import PROC, list_pids, scope_records
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
-from pdserve.kv_transfer.connector_config import Role, engine_environment
+from pdserve.kv_transfer.connector_config import engine_environment
+from pdserve.router.policy.types import PoolName
 
 Log = Callable[[str], None]
 START_TIMEOUT_S = 600.0
@@ -105,14 +106,14 @@ class PeerSetup:
         raise NotImplementedError
 
 
-def peer_engine_kwargs(config: PdserveConfig, role: Role, model_path: str) -> dict[str, Any]:
+def peer_engine_kwargs(config: PdserveConfig, role: PoolName, model_path: str) -> dict[str, Any]:
     """The engine arguments pdserve would use for `role` (no KV events: pdserve's local
     config has them off)."""
     return engine_args(config, role, model_path)
 
 
 def peer_engine_env(
-    config: PdserveConfig, role: Role, side_channel_port: int, stock: bool
+    config: PdserveConfig, role: PoolName, side_channel_port: int, stock: bool
 ) -> dict[str, str]:
     """The engine environment pdserve would use for `role`, without PDSERVE_ENGINE_ROLE (it
     would mark a peer's front-end as an engine); `stock` also drops the placement fixes."""

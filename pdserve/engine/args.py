@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.config import PdserveConfig
-from pdserve.kv_transfer.connector_config import Role, kv_transfer_config
+from pdserve.kv_transfer.connector_config import kv_transfer_config
+from pdserve.router.policy.types import PoolName
 
 
 def engine_args(
-    config: PdserveConfig, role: Role, model_path: str, kv_events_port: int | None = None
+    config: PdserveConfig, role: PoolName, model_path: str, kv_events_port: int | None = None
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.AsyncEngineArgs` for a prefill or decode engine.
 

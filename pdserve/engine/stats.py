@@ -90,7 +90,7 @@ def stat_logger_factory(counters: EngineCounters) -> Any:
     """A vLLM StatLoggerFactory whose loggers feed `counters`."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
-    class PdserveStatLogger(StatLoggerBase):
+    class PdserveStatLogger(StatLoggerBase):  # type: ignore[misc]  # vLLM is Any to mypy
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             self._counters = counters
 

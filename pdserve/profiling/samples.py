@@ -14,10 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdserve.router.headers import DECISION_HEADER, TIMING_HEADER
 from pdserve.router.policy.cost_model import DecodeSample, PrefillSample
-
-TIMING_HEADER = "x-pdserve-timing"
-DECISION_HEADER = "x-pdserve-decision"
 
 
 class ProfileError(RuntimeError):

@@ -5,7 +5,8 @@ priority.
 Reading path: types.py (the data in and out) → pipeline.py (`RoutingPolicy.decide`, the whole
 flow) → plugins.py (filters, scorers, picker, decider, priority) → cost_model.py (prefill
 seconds) → prefix_index.py (who holds which prefix blocks) → state.py (in-flight prefills,
-aging) → config.py (`PolicyConfig`). README.md explains the flow and how to add a scorer.
+aging) → config.py (`PolicyConfig`, on strict.py's `StrictModel`). README.md explains the flow
+and how to add a scorer.
 """
 
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights

@@ -1,24 +1,21 @@
 """Typed config of the routing policy (pydantic v2, frozen, extra=forbid, every field described).
 
-Read once when the router starts (`RoutingPolicy(config)`); part of the deployment YAML under
-the router section.
+Read once when the router starts (`RoutingPolicy(config, policy=...)`); part of the deployment
+YAML as `router.routing`. Which policy decides is not part of it: that is `router.policy` in
+the deployment config, passed to `RoutingPolicy` as `policy`.
 """
 
 from __future__ import annotations
 
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from pdserve.router.policy.cost_model import CostModel
-from pdserve.router.policy.types import PolicyName
+from pdserve.router.policy.strict import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ScorerWeights(_Strict):
+class ScorerWeights(StrictModel):
     """Weight of each scorer in the picker's sum (0 turns a scorer off). One field per scorer,
     named as the scorer's `name`."""
 
@@ -48,16 +45,9 @@ def _default_decode_weights() -> ScorerWeights:
     )
 
 
-class PolicyConfig(_Strict):
+class PolicyConfig(StrictModel):
     """How the router picks prefill and decode replicas and engine priorities."""
 
-    policy: PolicyName = Field(
-        default="pdserve",
-        description=(
-            "'pdserve' (cache- and cost-aware pipeline), or a baseline: 'round_robin', "
-            "'least_loaded'. A request's x-pdserve-policy header overrides it."
-        ),
-    )
     prefill_weights: ScorerWeights = Field(
         default_factory=ScorerWeights,
         description="Scorer weights for choosing the prefill replica.",

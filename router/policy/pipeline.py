@@ -1,16 +1,17 @@
 """`RoutingPolicy.decide`: one request + replica snapshots → one `Decision`.
 
 Called by the router once per request on its hot path, after tokenizing and hashing the
-prompt's blocks; pure except for the round-robin counters it owns. The router then sends the
-prefill (remote, or local on the decode replica), calls `OutstandingWork.start` for the
-replica that prefills and `PrefixIndex.on_routed`, and `OutstandingWork.finish` when the
+prompt's blocks; pure except for the round-robin counters it owns. The router then calls
+`OutstandingWork.start` for the replica that prefills and `PrefixIndex.on_routed`, sends the
+prefill (remote, or local on the decode replica), and calls `OutstandingWork.finish` when the
 prefill ends. Cost: O(replicas x prompt blocks) dictionary lookups plus O(replicas^2) tiny
 arithmetic in the relative scorers.
 
 pdserve's flow: decode pool (filters → scorers → picker) → decider (local or remote
-prefill) → if remote, prefill pool (filters → scorers → picker) → priority (cost bucket +
-client offset, aged). Decode is chosen first because a decode replica that already holds the
-prompt can skip the prefill pool and the KV transfer entirely.
+prefill) → if remote, prefill pool (filters, then the lane filter when `lanes` is on →
+scorers → picker) → priority (cost bucket + client offset, aged). Decode is chosen first
+because a decode replica that already holds the prompt can skip the prefill pool and the KV
+transfer entirely.
 """
 
 from __future__ import annotations
@@ -65,13 +66,22 @@ def build_scorers(weights: ScorerWeights) -> tuple[WeightedScorer, ...]:
 class RoutingPolicy:
     """Builds the plugin pipeline from a PolicyConfig once; `decide` runs it per request.
 
-    Owns only the round-robin counters (one per pool). The prefix index and outstanding work
-    are passed in, so one router can share them across policies (the per-request override).
-    `rng`, if given, breaks score ties randomly instead of by lowest replica id.
+    `policy` is the policy that decides when a request names none (the deployment's
+    `router.policy`). Owns only the round-robin counters (one per pool). The prefix index and
+    outstanding work are passed in, so one router can share them across policies (the
+    per-request override). `rng`, if given, breaks score ties randomly instead of by lowest
+    replica id.
     """
 
-    def __init__(self, config: PolicyConfig | None = None, *, rng: random.Random | None = None):
+    def __init__(
+        self,
+        config: PolicyConfig | None = None,
+        *,
+        policy: PolicyName = "pdserve",
+        rng: random.Random | None = None,
+    ):
         self.config = config if config is not None else PolicyConfig()
+        self.policy: PolicyName = policy
         cfg = self.config
         self._cost = cfg.cost_model
         self._block_size = cfg.block_size_tokens
@@ -105,11 +115,11 @@ class RoutingPolicy:
         and the engine priority for `request`.
 
         `prefill` / `decode`: the latest snapshots of each pool (unhealthy ones are skipped;
-        replica ids must be unique across both pools). `policy` overrides the configured
-        policy for this request. Raises NoReplicaError when a needed pool has no healthy
+        replica ids must be unique across both pools). `policy` overrides `self.policy`
+        for this request. Raises NoReplicaError when a needed pool has no healthy
         replica, ValueError for an unknown policy or block hashes longer than the prompt.
         """
-        name = self.config.policy if policy is None else policy
+        name = self.policy if policy is None else policy
         if len(request.block_hashes) * self._block_size > request.num_prompt_tokens:
             raise ValueError(
                 f"request {request.request_id}: {len(request.block_hashes)} full blocks of "

@@ -14,6 +14,8 @@ PolicyName = Literal["round_robin", "least_loaded", "pdserve"]
 """Which routing policy decides: two baselines, or pdserve's cost- and cache-aware pipeline."""
 
 PoolName = Literal["prefill", "decode"]
+"""A pool, and the role of an engine in it: the one name for this pair across pdserve (the
+policy's snapshots, the replica view, the engines' KV-connector role)."""
 
 
 class NoReplicaError(RuntimeError):

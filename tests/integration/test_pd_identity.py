@@ -1,10 +1,12 @@
 """Disaggregated output equals aggregated vLLM output, and decode really pulls the KV.
 
-For chat and completions, streaming and not, short and long (>= 1,500 tokens, many KV blocks)
-prompts: the greedy text from pdserve (prefill on one engine, KV over NIXL, decode on another)
-must equal what one aggregated vLLM engine of the same model produces, token for token. For
-each request the router's KV-handoff counter rises by one and the decode engine computes at
-most one block of the prompt itself (the rest arrives over NIXL).
+For chat and completions, streaming and not, short, medium and long (>= 1,500 tokens, many KV
+blocks) prompts: the greedy text from pdserve must equal what one aggregated vLLM engine of the
+same model produces, token for token. A prompt under `local_prefill_max_cold_tokens` (the short
+one, with deploy/local.yaml's 128) prefills on the decode engine: no handoff, nothing
+transferred, decode computes the whole prompt. Every other request is disaggregated (prefill on
+one engine, KV over NIXL, decode on another): the router's KV-handoff counter rises by one and
+the decode engine computes at most one block of the prompt itself (the rest arrives over NIXL).
 """
 
 from __future__ import annotations

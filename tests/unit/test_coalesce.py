@@ -7,7 +7,7 @@ import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from pdserve.engine.coalesce import coalesce
+from pdserve.decode_pool.coalesce import coalesce
 
 
 @dataclass

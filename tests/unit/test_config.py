@@ -50,6 +50,11 @@ def test_local_config_keeps_engines_on_separate_cores() -> None:
             "must be >= model.max_model_len_tokens",
         ),
         ({"router": {"port": 70000}}, "router.port"),
+        # The policy is named in one place, router.policy; routing holds its settings only.
+        (
+            {"router": {"routing": {"policy": "round_robin"}}},
+            "router.routing.policy: Extra inputs are not permitted",
+        ),
     ],
 )
 def test_bad_config_names_the_problem(data: dict[str, object], fragment: str) -> None:

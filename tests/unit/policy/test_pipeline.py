@@ -27,7 +27,7 @@ def test_agent_step_goes_where_its_prefix_is_cached_round_robin_alternates() -> 
     index.add_blocks("p1", conv[:40])
     r = req(45 * BLOCK + 20, conv)
     pd = RoutingPolicy()
-    rr = RoutingPolicy(PolicyConfig(policy="round_robin"))
+    rr = RoutingPolicy(policy="round_robin")
     pd_choices = [pd.decide(r, PREFILL, DECODE, index, OutstandingWork(), 0.0) for _ in range(4)]
     rr_choices = [rr.decide(r, PREFILL, DECODE, index, OutstandingWork(), 0.0) for _ in range(4)]
     assert [d.prefill_replica_id for d in pd_choices] == ["p1"] * 4
@@ -46,7 +46,7 @@ def test_agent_loop_prefills_far_fewer_tokens_than_round_robin() -> None:
     cfg = {"local_prefill_max_uncached_tokens": 0}  # isolate the prefill choice
 
     def computed_tokens(policy: PolicyName) -> int:
-        router = RoutingPolicy(PolicyConfig(policy=policy, **cfg))
+        router = RoutingPolicy(PolicyConfig(**cfg), policy=policy)
         index = PrefixIndex(mode="approximate", clock=lambda: 0.0)
         total = 0
         for tokens in (500, 1500, 3500, 6000):
@@ -197,7 +197,7 @@ def test_no_healthy_replica(
 
 
 def test_policy_override_per_request() -> None:
-    policy = RoutingPolicy(PolicyConfig(policy="pdserve"))
+    policy = RoutingPolicy(policy="pdserve")
     index, work = PrefixIndex(), OutstandingWork()
     index.add_blocks("p1", hashes(8))
     r = req(1024)
@@ -211,7 +211,7 @@ def test_policy_override_per_request() -> None:
 def test_round_robin_skips_unhealthy_and_keeps_pools_independent() -> None:
     prefill = [snap("p2"), snap("p0"), snap("p1", healthy=False)]
     decode = [snap("d0", "decode"), snap("d1", "decode"), snap("d2", "decode")]
-    policy = RoutingPolicy(PolicyConfig(policy="round_robin"))
+    policy = RoutingPolicy(policy="round_robin")
     out = [
         policy.decide(
             req(1024, client_priority=2), prefill, decode, PrefixIndex(), OutstandingWork(), 0
@@ -226,7 +226,7 @@ def test_round_robin_skips_unhealthy_and_keeps_pools_independent() -> None:
 def test_least_loaded_picks_fewest_requests_ties_by_id() -> None:
     prefill = [snap("p0", running=3), snap("p1", running=1, waiting=1), snap("p2", running=2)]
     decode = [snap("d1", "decode", running=4), snap("d0", "decode", running=4)]
-    d = RoutingPolicy(PolicyConfig(policy="least_loaded")).decide(
+    d = RoutingPolicy(policy="least_loaded").decide(
         req(64, ()), prefill, decode, PrefixIndex(), OutstandingWork(), 0.0
     )
     assert (d.prefill_replica_id, d.decode_replica_id) == ("p1", "d0")  # remote even if short

@@ -1,0 +1,18 @@
+"""The HTTP header names pdserve reads and writes: their one home (pure constants).
+
+Who reads them: the router's HTTP layer (router/app.py), the benchmark client (bench/) and
+`pdserve profile` (pdserve/profiling/), which parse the router's responses.
+"""
+
+from __future__ import annotations
+
+REQUEST_ID_HEADER = "x-request-id"
+"""Correlates a request across router, engines and logs (the client's, or a new one)."""
+POLICY_HEADER = "x-pdserve-policy"
+"""Request: routing policy for this request (only with router.allow_policy_override)."""
+DECISION_HEADER = "x-pdserve-decision"
+"""Response: the policy's decision (compact JSON: policy, prefill, decode, priority, ...)."""
+TIMING_HEADER = "x-pdserve-timing"
+"""Response: the request's stage durations in seconds (compact JSON, see router/timeline.py)."""
+SERVED_BY_HEADER = "x-pdserve-served-by"
+"""Response: the replicas that really served the request (compact JSON: prefill, decode)."""

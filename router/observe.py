@@ -1,0 +1,233 @@
+"""Observing requests: the timeline, every router metric, tracing and the placer's bookkeeping.
+
+`RouterObserver` is built once per router replica and owns all of them. The HTTP layer opens
+one `RequestObservation` per accepted request (`start`), or reports a request it rejected
+before that (`rejected`). The orchestrator calls the observation at named points of the
+request's path, in this order (points in brackets are skipped on some paths):
+
+    placed → dispatched → [prefill_ended → prefill_returned] → decode_sent
+           → first_token → delivered (per chunk) → [stream_completed] → decode_ended
+
+(`failed` at the point where a request fails), and the HTTP layer closes it with
+`ended(status)` exactly once. Nothing here does I/O except logging failures and tracing,
+which exports in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from pdserve.messages import DecodeChunk, PrefillResult
+from pdserve.router.metric_catalog import input_bucket
+from pdserve.router.metrics import RouterMetrics
+from pdserve.router.placement import Placer
+from pdserve.router.policy.types import Decision, PoolName
+from pdserve.router.timeline import Timeline
+from pdserve.router.tracing import RequestTracer
+
+_POOLS: tuple[PoolName, ...] = ("prefill", "decode")
+
+Endpoint = Literal["chat", "completion"]
+DecisionLabel = Literal["remote_prefill", "local_prefill", "none"]
+FailurePoint = Literal[
+    "placement", "prefill", "decode_before_first_token", "decode_after_first_token"
+]
+"""Where on its path a request failed (router/orchestrate.py describes each)."""
+
+log = logging.getLogger("pdserve.router")
+
+
+class RequestObservation:
+    """One request's observation. Built by `RouterObserver.start`; not shared across requests."""
+
+    def __init__(
+        self, owner: RouterObserver, endpoint: Endpoint, request_id: str, arrival_s: float
+    ):
+        self._owner = owner
+        self.endpoint: Endpoint = endpoint
+        self.request_id = request_id
+        self.timeline = Timeline(arrival_s=arrival_s)
+        self.decision: Decision | None = None
+        """None until placed, and when placed by Ray Serve's load balancing (the replica view
+        is not ready yet)."""
+        self._num_prompt_tokens = 0
+        self._num_cached_tokens: int | None = None
+        self._kv_bytes = 0
+        self._prefill_open = False
+        self._decode_sent = False
+        self._first = True
+        self._ended = False
+        self.failure_point: FailurePoint | None = None
+        """Where the request failed; None while it has not."""
+
+    @property
+    def decision_label(self) -> DecisionLabel:
+        """The bounded `decision` label: 'none' until the request reached a decode replica."""
+        if not self._decode_sent:
+            return "none"
+        return "local_prefill" if self.timeline.local_prefill else "remote_prefill"
+
+    # ---- the named points, in path order -----------------------------------------------
+
+    def placed(self, decision: Decision | None) -> None:
+        """The policy chose where the request runs (None: Ray Serve's load balancing)."""
+        self.decision = decision
+
+    def dispatched(self, num_prompt_tokens: int, local_prefill: bool) -> None:
+        """The prefill was sent: to a prefill replica, or (local) with the decode request.
+        The placer counts it as outstanding prefill work until `prefill_ended`."""
+        self._num_prompt_tokens = num_prompt_tokens
+        self.timeline.prefill_dispatched_s = self._owner.clock()
+        self.timeline.local_prefill = local_prefill
+        self._prefill_open = True
+
+    def prefill_returned(self, result: PrefillResult) -> None:
+        """A remote prefill finished: its KV waits on the prefill replica for decode."""
+        t = self.timeline
+        t.prefill_returned_s = self._owner.clock()
+        t.prefill_engine = result.engine_times
+        t.prefill_replica_id = result.replica_id
+        self._num_prompt_tokens = result.num_prompt_tokens
+        self._num_cached_tokens = result.num_cached_tokens
+        self._kv_bytes = result.handoff.num_blocks * self._owner.kv_block_bytes()
+
+    def prefill_ended(self) -> None:
+        """The prefill is no longer outstanding work (finished, failed or abandoned): tell
+        the placer. Idempotent. Remote: when the prefill call returns or fails; local: at the
+        first token, or when the decode stream ends without one."""
+        if not self._prefill_open:
+            return
+        self._prefill_open = False
+        placer = self._owner.placer
+        if placer is not None:
+            placer.prefill_done(self.decision, self.request_id)
+
+    def decode_sent(self) -> None:
+        """The decode request is on its way to a decode replica."""
+        self._decode_sent = True
+
+    def first_token(self, chunk: DecodeChunk) -> None:
+        """The first chunk arrived from decode: time to first token; prompt accounting."""
+        m = self._owner.metrics
+        t = self.timeline
+        t.first_token_s = self._owner.clock()
+        t.decode_engine = chunk.engine_times
+        t.decode_replica_id = chunk.replica_id
+        if t.local_prefill:
+            self.prefill_ended()
+            self._num_cached_tokens = chunk.num_cached_tokens
+        else:
+            # The decode engine only produces a token after the KV pull succeeded
+            # (kv_load_failure_policy=fail): a completed handoff.
+            m.kv_transfers.inc()
+        m.cached_prompt_tokens.inc(self._num_cached_tokens or 0)
+        m.prompt_tokens.inc(self._num_prompt_tokens)
+
+    def delivered(self, chunk: DecodeChunk) -> None:
+        """A chunk (the first one too) arrived from decode."""
+        self.timeline.deliveries.append((self._owner.clock(), len(chunk.token_ids)))
+        self._owner.metrics.generation_tokens.inc(len(chunk.token_ids))
+
+    def stream_completed(self) -> None:
+        """The decode stream ended normally: observe the latency histograms and trace."""
+        self.timeline.last_token_s = self._owner.clock()
+        self._owner.record_latencies(self.timeline, self._num_prompt_tokens, self._kv_bytes)
+        if self._owner.tracer is not None:
+            self._owner.tracer.record(
+                self.timeline,
+                self.request_id,
+                {
+                    "pdserve.decision": self.decision_label,
+                    "pdserve.prompt_tokens": self._num_prompt_tokens,
+                },
+            )
+
+    def decode_ended(self) -> None:
+        """The decode stream is over, normally or not (a local prefill that never produced a
+        token is no longer outstanding)."""
+        self.prefill_ended()
+
+    def failed(self, point: FailurePoint, error: BaseException) -> None:
+        """The request failed at `point` (the error then propagates to the HTTP layer)."""
+        self.failure_point = point
+        log.warning("request %s failed at %s: %s", self.request_id, point, error)
+
+    def ended(self, status: int | str) -> None:
+        """The response is over with this HTTP status (499: the client went away). Counts the
+        request once; later calls do nothing."""
+        if self._ended:
+            return
+        self._ended = True
+        self.prefill_ended()
+        self._owner.metrics.requests.labels(self.endpoint, self.decision_label, str(status)).inc()
+
+
+class RouterObserver:
+    """Owns the router's metrics, tracer and placer bookkeeping; one per router replica."""
+
+    def __init__(
+        self,
+        metrics: RouterMetrics,
+        placer: Placer | None = None,
+        tracer: RequestTracer | None = None,
+        kv_bytes_per_token: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.metrics = metrics
+        self.placer = placer
+        self.tracer = tracer
+        self.clock = clock
+        self._kv_bytes_per_token = kv_bytes_per_token
+
+    def start(self, endpoint: Endpoint, request_id: str, arrival_s: float) -> RequestObservation:
+        """Open the observation of an accepted (validated) request."""
+        return RequestObservation(self, endpoint, request_id, arrival_s)
+
+    def rejected(self, endpoint: Endpoint, status: int) -> None:
+        """A request refused before it was accepted (validation, policy header)."""
+        self.metrics.requests.labels(endpoint, "none", str(status)).inc()
+
+    def kv_block_bytes(self) -> int:
+        """Bytes one KV block holds (blocks read per handoff x this = bytes moved)."""
+        block = self.placer.view.block_size_tokens if self.placer is not None else 0
+        return self._kv_bytes_per_token * block
+
+    def record_latencies(self, timeline: Timeline, num_prompt: int, kv_bytes: int) -> None:
+        """Observe a completed request's latency histograms."""
+        m = self.metrics
+        bucket = input_bucket(num_prompt)
+        decision = "local_prefill" if timeline.local_prefill else "remote_prefill"
+        stages = timeline.stages()
+        ttft, e2e = timeline.ttft_s(), timeline.e2e_s()
+        if ttft is not None:
+            m.ttft.labels(bucket, decision).observe(ttft)
+        if e2e is not None:
+            m.e2e.labels(bucket, decision).observe(e2e)
+        m.queue_time.labels("prefill").observe(
+            stages.get("router_queue", 0.0) + stages.get("prefill_queue", 0.0)
+        )
+        if "prefill" in stages:
+            m.prefill_time.labels(bucket, decision).observe(stages["prefill"])
+        if not timeline.local_prefill:
+            m.kv_transfer_seconds.observe(stages.get("kv_transfer", 0.0))
+            m.kv_transfer_bytes.observe(kv_bytes)
+        for gap in timeline.inter_token_s():
+            m.itl.observe(gap)
+
+    def update_pool_gauges(self) -> None:
+        """Refresh the per-pool gauges from the replica view (called at each scrape)."""
+        if self.placer is None:
+            return
+        view = self.placer.view
+        view.refresh()
+        m = self.metrics
+        for pool in _POOLS:
+            snaps = [s for s in view.snapshots(pool) if s.healthy]
+            m.ready_replicas.labels(pool).set(len(snaps))
+            m.running_requests.labels(pool).set(sum(s.num_running_requests for s in snaps))
+            usage = sum(s.kv_cache_usage for s in snaps) / len(snaps) if snaps else 0.0
+            m.kv_cache_usage.labels(pool).set(usage)
+            m.queued_prefill_tokens.labels(pool).set(self.placer.queued_prefill_tokens(pool))

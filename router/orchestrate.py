@@ -1,0 +1,156 @@
+"""Orchestrating a request: placement → prefill → KV handoff → decode.
+
+`Orchestrator` is built once per router replica; the HTTP layer calls `run()` once per
+prepared request. It builds each message type in one place (`prefill_request`,
+`decode_request`), talks to the pools only through a `Dispatcher`, and reports every step to
+the request's `RequestObservation`. It never formats HTTP.
+
+The points where a request can fail, in path order (named so fault handling can hook in):
+- `placement`: no replica to place on → `OpenAIError(503)`, nothing was sent;
+- `prefill`: the remote prefill call failed → the error propagates from `run()`, no decode
+  request was sent, the prefill is no longer counted as outstanding;
+- `decode_before_first_token`: the decode stream failed before its first chunk → raised by
+  the first `anext()` of `Generation.chunks` (the HTTP layer can still answer an HTTP error);
+- `decode_after_first_token`: failed mid-stream → raised by a later `anext()`.
+Closing `Generation.chunks` early (client gone) closes the decode stream, which aborts the
+request on the decode engine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+
+from pdserve.config import RouterConfig
+from pdserve.kv_transfer.params import KVHandoff
+from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, PrefillResult
+from pdserve.router.dispatch import Dispatcher
+from pdserve.router.errors import OpenAIError
+from pdserve.router.observe import RequestObservation
+from pdserve.router.placement import Placer
+from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName
+from pdserve.router.prepare import PreparedRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """A dispatched request: its prompt accounting and the decode stream."""
+
+    num_prompt_tokens: int
+    num_cached_tokens: int | None
+    """None for a local prefill: the decode engine reports it with its first chunk."""
+    chunks: AsyncGenerator[DecodeChunk, None]
+    """The decode stream; iterate it to the end, or `aclose()` it to abort the request."""
+
+
+def prefill_request(prepared: PreparedRequest, decision: Decision | None) -> PrefillRequest:
+    """The message to the prefill pool."""
+    return PrefillRequest(
+        request_id=f"{prepared.engine_request_id}-p",
+        prompt_token_ids=prepared.prompt_token_ids,
+        priority=decision.engine_priority if decision is not None else prepared.priority,
+        target_replica_id=decision.prefill_replica_id if decision is not None else None,
+    )
+
+
+def decode_request(
+    prepared: PreparedRequest,
+    decision: Decision | None,
+    handoff: KVHandoff | None,
+    stream_batch_interval_s: float,
+) -> DecodeRequest:
+    """The message to the decode pool; `handoff` None asks for a local prefill."""
+    return DecodeRequest(
+        request_id=f"{prepared.engine_request_id}-d",
+        prompt_token_ids=prepared.prompt_token_ids,
+        sampling=prepared.sampling,
+        handoff=handoff,
+        priority=decision.engine_priority if decision is not None else prepared.priority,
+        target_replica_id=decision.decode_replica_id if decision is not None else None,
+        # Streaming: tokens every interval. Otherwise only the first token (for TTFT) and
+        # the rest at the end.
+        batch_interval_s=stream_batch_interval_s if prepared.stream else math.inf,
+    )
+
+
+class Orchestrator:
+    """Runs prepared requests over a `Dispatcher`, placed by a `Placer` when there is one."""
+
+    def __init__(self, router: RouterConfig, dispatcher: Dispatcher, placer: Placer | None):
+        self._dispatcher = dispatcher
+        self._placer = placer
+        self._stream_batch_interval_s = router.stream_batch_interval_ms / 1000.0
+
+    async def run(
+        self, prepared: PreparedRequest, obs: RequestObservation, policy: PolicyName | None
+    ) -> Generation:
+        """Place the request, prefill it (remotely, or locally on decode) and return the
+        decode stream. `policy` overrides the configured routing policy for this request.
+        Raises at `placement` or `prefill` (see the module docstring)."""
+        decision = self._place(prepared, policy, obs)
+        obs.placed(decision)
+        interval = self._stream_batch_interval_s
+        num_prompt = len(prepared.prompt_token_ids)
+        if decision is not None and decision.prefill_is_local:
+            obs.dispatched(num_prompt, local_prefill=True)
+            chunks = self._decode(decode_request(prepared, decision, None, interval), obs)
+            return Generation(num_prompt, None, chunks)
+        obs.dispatched(num_prompt, local_prefill=False)
+        result = await self._prefill(prefill_request(prepared, decision), obs)
+        obs.prefill_returned(result)
+        chunks = self._decode(decode_request(prepared, decision, result.handoff, interval), obs)
+        return Generation(result.num_prompt_tokens, result.num_cached_tokens, chunks)
+
+    def _place(
+        self, prepared: PreparedRequest, policy: PolicyName | None, obs: RequestObservation
+    ) -> Decision | None:
+        """Failure point `placement`."""
+        if self._placer is None:
+            return None
+        try:
+            return self._placer.place(
+                prepared.request_id, prepared.prompt_token_ids, prepared.priority, policy
+            )
+        except NoReplicaError as exc:
+            obs.failed("placement", exc)
+            raise OpenAIError(503, str(exc), code="no_replica") from exc
+
+    async def _prefill(self, request: PrefillRequest, obs: RequestObservation) -> PrefillResult:
+        """Failure point `prefill`: the prefill is no longer outstanding either way."""
+        try:
+            return await self._dispatcher.prefill(request)
+        except Exception as exc:
+            obs.failed("prefill", exc)
+            raise
+        finally:
+            obs.prefill_ended()
+
+    async def _decode(
+        self, request: DecodeRequest, obs: RequestObservation
+    ) -> AsyncGenerator[DecodeChunk, None]:
+        """The decode stream, reported to `obs` chunk by chunk."""
+        obs.decode_sent()
+        source = self._dispatcher.decode(request)
+        first = True
+        try:
+            async for chunk in source:
+                if first:
+                    first = False
+                    obs.first_token(chunk)
+                obs.delivered(chunk)
+                yield chunk
+            obs.stream_completed()
+        except Exception as exc:
+            obs.failed("decode_before_first_token" if first else "decode_after_first_token", exc)
+            raise
+        finally:
+            obs.decode_ended()
+            await _close(source)
+
+
+async def _close(stream: AsyncIterator[DecodeChunk]) -> None:
+    """Close an async generator we stopped reading (aborts its request); no-op otherwise."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,10 +1,10 @@
 """One request's path through the cluster as stage durations (pure).
 
-The router marks its own moments on its monotonic clock (`mark_*`); the engines report their
-own timestamps (`EngineTimes`, each on its engine's clock). Stages are built only from
-differences on one clock, so they stay valid when router, prefill and decode run on different
-hosts; hops between processes are what remains of each router-measured window. The stages
-add up to the end-to-end latency the router measured.
+The router's observer (router/observe.py) sets its own moments on the router's monotonic clock
+(the `*_s` fields); the engines report their own timestamps (`EngineTimes`, each on its
+engine's clock). Stages are built only from differences on one clock, so they stay valid when
+router, prefill and decode run on different hosts; hops between processes are what remains of
+each router-measured window. The stages add up to the end-to-end latency the router measured.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# mypy on the pure core. The top-level folders map into `pdserve.*` only through the editable
-# install, which mypy cannot follow, so mirror that layout with symlinks first.
+# mypy (strict) on the pure and serving core. The top-level folders map into `pdserve.*` only
+# through the editable install, which mypy cannot follow, so mirror that layout with symlinks.
 set -euo pipefail
 venv=${1:-.venv}
 tree=.mypy_tree

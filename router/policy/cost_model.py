@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -170,28 +171,16 @@ def _nnls(
 def _lstsq(
     rows: Sequence[Sequence[float]], y: Sequence[float], names: Sequence[str]
 ) -> list[float]:
-    """Ordinary least squares via normal equations on max-abs-scaled columns (keeps the
-    3x3 system well conditioned when features span 1 .. 1e7), Gaussian elimination."""
-    n = len(names)
-    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(n)]
-    xs = [[r[j] / scale[j] for j in range(n)] for r in rows]
-    a = [[sum(x[i] * x[j] for x in xs) for j in range(n)] for i in range(n)]
-    b = [sum(x[i] * yy for x, yy in zip(xs, y, strict=True)) for i in range(n)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
-        if abs(a[pivot][col]) < 1e-12 * len(rows):
-            raise ValueError(
-                f"samples do not determine {names[col]}: vary the inputs (token counts, batch "
-                "sizes) across samples"
-            )
-        a[col], a[pivot] = a[pivot], a[col]
-        b[col], b[pivot] = b[pivot], b[col]
-        for r in range(col + 1, n):
-            f = a[r][col] / a[col][col]
-            for c in range(col, n):
-                a[r][c] -= f * a[col][c]
-            b[r] -= f * b[col]
-    sol = [0.0] * n
-    for i in reversed(range(n)):
-        sol[i] = (b[i] - sum(a[i][j] * sol[j] for j in range(i + 1, n))) / a[i][i]
-    return [s / sc for s, sc in zip(sol, scale, strict=True)]
+    """Ordinary least squares (`numpy.linalg.lstsq`) on max-abs-scaled columns, so features
+    spanning 1 .. 1e7 weigh alike; a singular value under 1e-6 of the largest means the
+    samples do not determine the coefficients."""
+    x = np.asarray(rows, dtype=np.float64)
+    scale = np.abs(x).max(axis=0)
+    scale[scale == 0] = 1.0
+    sol, _, rank, _ = np.linalg.lstsq(x / scale, np.asarray(y, dtype=np.float64), rcond=1e-6)
+    if rank < len(names):
+        raise ValueError(
+            f"samples do not determine {', '.join(names)}: vary the inputs (token counts, "
+            "batch sizes) across samples"
+        )
+    return [float(v) for v in sol / scale]

@@ -18,7 +18,7 @@ import httpx
 
 from pdserve.bench.models import RequestResult, RequestSpec, Usage
 from pdserve.bench.payload import PATHS, request_body, request_headers
-from pdserve.bench.sse import SSEDecoder, StreamChunk, error_message, read_chunk
+from pdserve.bench.sse import StreamChunk, aiter_events, error_message, read_chunk
 
 Clock = Callable[[], float]
 
@@ -139,14 +139,9 @@ class BenchClient:
                 raw = await resp.aread()
                 tl.error = f"HTTP {resp.status_code}: {_http_error(raw)}"
                 return resp.status_code
-            decoder = SSEDecoder()
-            async for line in resp.aiter_lines():
-                event = decoder.feed(line)
-                if event is not None and self._take(read_chunk(event), tl):
-                    return resp.status_code
-            last = decoder.flush()
-            if last is not None:
-                self._take(read_chunk(last), tl)
+            async for event in aiter_events(resp):
+                if self._take(read_chunk(event), tl):
+                    break
             return resp.status_code
 
     def _take(self, chunk: StreamChunk, tl: _Timeline) -> bool:

@@ -1,15 +1,23 @@
-"""Server-sent events: decode `text/event-stream` lines and read OpenAI stream chunks (pure).
+"""Server-sent events: OpenAI stream chunks from a `text/event-stream` response (pure, but
+`aiter_events`, which reads the response).
 
-`httpx_sse` is not installed in this project, so this is the small subset of the WHATWG SSE
-format that OpenAI-compatible servers use: `data:` lines (several join with newlines), an
-optional `event:` name, `:` comments, and a blank line that ends an event.
+SSE parsing is httpx-sse's (the WHATWG event-stream rules: `data:` lines joined with newlines,
+`event:`, `id:`, `retry:`, `:` comments, a blank line ends an event, and only CR/LF end a
+line). `aiter_events` yields each event as soon as its blank line arrives (httpx-sse reads
+`response.aiter_text()`, which passes on each network read unbuffered), so arrival times taken
+per event are per-chunk arrival times. `read_chunk` interprets one event of an OpenAI
+completions or chat completions stream.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+
+import httpx
+import httpx_sse
 
 from pdserve.bench.models import Usage
 
@@ -34,52 +42,16 @@ class StreamChunk:
     has_choice: bool = False
 
 
-def split_field(line: str) -> tuple[str, str] | None:
-    """`"data: x"` → `("data", "x")`; a comment or blank line → None. One leading space of
-    the value is dropped, as the SSE spec says."""
-    if not line or line.startswith(":"):
-        return None
-    name, sep, value = line.partition(":")
-    if not sep:
-        return name, ""
-    return name, value[1:] if value.startswith(" ") else value
-
-
-class SSEDecoder:
-    """Feed it lines (without line endings) in order; it returns an event when one ends.
-
-    One decoder per response; not thread-safe; no I/O.
-    """
-
-    def __init__(self) -> None:
-        self._data: list[str] = []
-        self._event = ""
-
-    def feed(self, line: str) -> SSEEvent | None:
-        line = line.rstrip("\r\n")
-        if line == "":
-            return self._dispatch()
-        field = split_field(line)
-        if field is None:
-            return None
-        name, value = field
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-        return None
-
-    def flush(self) -> SSEEvent | None:
-        """The last event when the stream ended without a blank line; else None."""
-        return self._dispatch()
-
-    def _dispatch(self) -> SSEEvent | None:
-        if not self._data:
-            self._event = ""
-            return None
-        event = SSEEvent(event=self._event or "message", data="\n".join(self._data))
-        self._data, self._event = [], ""
-        return event
+async def aiter_events(response: httpx.Response) -> AsyncIterator[SSEEvent]:
+    """The events of a streaming `response`, each as soon as it is complete. Events without
+    data (keep-alives, a lone `id:`) are skipped. A response that is not `text/event-stream`
+    yields one `error` event saying so (`read_chunk` makes it an error chunk)."""
+    try:
+        async for sse in httpx_sse.EventSource(response).aiter_sse():
+            if sse.data:
+                yield SSEEvent(event=sse.event, data=sse.data)
+    except httpx_sse.SSEError as exc:
+        yield SSEEvent(event="error", data=str(exc))
 
 
 def _usage(body: Any) -> Usage | None:

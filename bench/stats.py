@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0..100) with linear interpolation between closest ranks
-    (numpy's default); None for no values."""
+    (`numpy.percentile`'s default method, "linear"); None for no values."""
     if not 0 <= q <= 100:
         raise ValueError(f"percentile must be within 0..100, got {q}")
     if not values:
         return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return float(np.percentile(values, q))
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,14 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+
+import psutil
 
 from pdserve.config import PdserveConfig
 
@@ -232,144 +233,112 @@ def down(log: Callable[[str], None]) -> None:
         state_path.unlink()
 
 
-def _own_ray_pids() -> list[int]:
-    """Ray system processes of THIS cluster (their command lines name its GCS port).
-
-    `ray stop` would stop every Ray cluster on the machine; pdserve stops only its own.
-    """
-    marks = (f":{RAY_PORT}".encode(), f"--gcs_server_port={RAY_PORT}".encode())
-    pids = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            any(
-                a.startswith((b"--gcs-address=", b"--address=")) and a.endswith(marks[0])
-                for a in args
-            )
-            or marks[1] in args
-        ):
-            pids.append(int(entry.name))
-    # The raylet's agents (dashboard agent, runtime-env agent) rename their process title and
-    # lose the port from their command line: take them as the matched processes' children.
-    return pids + _descendants(pids)
+def is_own_ray_process(cmdline: Sequence[str], ray_port: int) -> bool:
+    """True for a Ray system process of the cluster whose GCS listens on `ray_port`: its
+    command line names the port (`--gcs-address=HOST:PORT`, `--address=HOST:PORT` or
+    `--gcs_server_port=PORT`). `ray stop` would stop every Ray cluster on the machine."""
+    suffix = f":{ray_port}"
+    return f"--gcs_server_port={ray_port}" in cmdline or any(
+        a.startswith(("--gcs-address=", "--address=")) and a.endswith(suffix) for a in cmdline
+    )
 
 
-def _descendants(roots: list[int]) -> list[int]:
-    """Every live descendant of `roots` (not the roots themselves), from /proc parent links."""
-    children: dict[int, list[int]] = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out: list[int] = []
-    todo = list(roots)
-    seen = set(roots)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in seen:
-                seen.add(child)
-                out.append(child)
-                todo.append(child)
-    return out
+def is_own_engine(environ: Mapping[str, str], ray_port: int) -> bool:
+    """True for a process started by an engine server of the cluster on `ray_port`: pdserve
+    marks them with PDSERVE_ENGINE_ROLE and PDSERVE_GCS_ADDRESS (other clusters' are left)."""
+    return "PDSERVE_ENGINE_ROLE" in environ and environ.get("PDSERVE_GCS_ADDRESS", "").endswith(
+        f":{ray_port}"
+    )
+
+
+def stale_shm(entries: Iterable[str], keep: set[str], in_use: set[str]) -> list[str]:
+    """The /dev/shm paths to remove: not in `keep` (there before `up`), used by no live process,
+    and named like vLLM's or Ray's buffers (another program's are never touched)."""
+    return sorted(
+        path
+        for path in set(entries) - keep - in_use
+        if os.path.basename(path).startswith(("psm_", "vllm", "ray", "plasma"))
+        or "sem." in os.path.basename(path)
+    )
+
+
+def _others(attrs: list[str]) -> Iterator[psutil.Process]:
+    """Every live process but this one, with `attrs` in `.info` (None where unreadable)."""
+    me = os.getpid()
+    return (p for p in psutil.process_iter(attrs, ad_value=None) if p.pid != me)
+
+
+def _own_ray_processes(ray_port: int) -> list[psutil.Process]:
+    """This cluster's Ray processes and all their descendants: the raylet's agents (dashboard
+    agent, runtime-env agent) rename their process title and lose the port from their command
+    line, and workers are the raylet's children."""
+    found: dict[int, psutil.Process] = {}
+    for proc in _others(["cmdline"]):
+        if is_own_ray_process(proc.info["cmdline"] or (), ray_port):
+            found[proc.pid] = proc
+            with contextlib.suppress(psutil.Error):
+                found.update((c.pid, c) for c in proc.children(recursive=True))
+    return list(found.values())
+
+
+def _own_engines(ray_port: int) -> list[psutil.Process]:
+    return [p for p in _others(["environ"]) if is_own_engine(p.info["environ"] or {}, ray_port)]
 
 
 def _stop_own_ray(log: Callable[[str], None], grace_s: float = 10.0) -> None:
     """SIGTERM this cluster's Ray processes, SIGKILL what is left after `grace_s`; Ray's
     worker processes exit with their raylet."""
-    pids = _own_ray_pids()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
+    procs = _own_ray_processes(RAY_PORT)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(map(_alive, procs)):
         time.sleep(0.2)
-    for pid in pids:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    log(f"stopped {len(pids)} Ray processes of this cluster (port {RAY_PORT})")
+    for proc in filter(_alive, procs):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    log(f"stopped {len(procs)} Ray processes of this cluster (port {RAY_PORT})")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _engine_pids() -> list[int]:
-    """Processes started by an engine server of THIS cluster (marked by PDSERVE_ENGINE_ROLE
-    and PDSERVE_GCS_ADDRESS ending in this cluster's Ray port); other clusters' are left."""
-    pids = []
-    own = f":{RAY_PORT}".encode()
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if b"PDSERVE_ENGINE_ROLE=" not in environ:
-            continue
-        gcs = next((v for v in environ.split(b"\0") if v.startswith(b"PDSERVE_GCS_ADDRESS=")), b"")
-        if gcs.endswith(own):
-            pids.append(int(entry.name))
-    return pids
+def _alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (an exited process whose parent has not reaped it yet)."""
+    with contextlib.suppress(psutil.Error):
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    return False
 
 
 def _kill_orphan_engines(log: Callable[[str], None]) -> None:
     """Engine processes whose Ray actor died without stopping them."""
-    pids = _engine_pids()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, 9)
-    if pids:
-        log(f"stopped {len(pids)} leftover engine processes")
+    procs = _own_engines(RAY_PORT)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    if procs:
+        log(f"stopped {len(procs)} leftover engine processes")
 
 
 def _shm_in_use() -> set[str]:
     """/dev/shm paths some live process still maps or holds open."""
     used: set[str] = set()
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            for line in (entry / "maps").read_text().splitlines():
-                if "/dev/shm/" in line:
-                    used.add(line[line.index("/dev/shm/") :].split(" (deleted)")[0])
-        with contextlib.suppress(OSError):
-            for fd in (entry / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    target = os.readlink(fd)
-                    if target.startswith("/dev/shm/"):
-                        used.add(target)
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            used.update(m.path for m in proc.memory_maps() if m.path.startswith("/dev/shm/"))
+        with contextlib.suppress(psutil.Error):
+            used.update(f.path for f in proc.open_files() if f.path.startswith("/dev/shm/"))
     return used
 
 
 def _clean_shm(keep: set[str]) -> int:
-    """Remove vLLM/Ray shared-memory leftovers: new since `up`, named like theirs, and used
-    by no live process (another program's live buffers are never touched)."""
+    """Remove vLLM/Ray shared-memory leftovers (`stale_shm`); returns how many."""
     removed = 0
-    in_use = _shm_in_use()
-    for path in _shm_snapshot() - keep - in_use:
-        name = os.path.basename(path)
-        if name.startswith(("psm_", "vllm", "ray", "plasma")) or "sem." in name:
-            with contextlib.suppress(OSError):
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                else:
-                    os.unlink(path)
-                removed += 1
+    for path in stale_shm(_shm_snapshot(), keep, _shm_in_use()):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed += 1
     return removed
 
 

@@ -60,22 +60,13 @@ class Timeline:
         out["router_queue"] = dispatched - self.arrival_s
         window_start = dispatched
         if self.prefill_returned_s is not None:
-            p = self.prefill_engine
-            queue = max(0.0, p.scheduled_s - p.queued_s) if p else 0.0
-            compute = max(0.0, p.first_token_s - p.scheduled_s) if p else 0.0
-            total = self.prefill_returned_s - dispatched
-            out["prefill_queue"] = queue
-            out["prefill"] = compute
-            out["prefill_hops"] = max(0.0, total - queue - compute)
+            window = _split(self.prefill_engine, self.prefill_returned_s - dispatched)
+            out.update(zip(("prefill_queue", "prefill", "prefill_hops"), window, strict=True))
             window_start = self.prefill_returned_s
         if self.first_token_s is not None:
-            d = self.decode_engine
-            wait = max(0.0, d.scheduled_s - d.queued_s) if d else 0.0
-            first = max(0.0, d.first_token_s - d.scheduled_s) if d else 0.0
-            total = self.first_token_s - window_start
-            out["kv_transfer"] = wait
-            out["decode_first_token"] = first
-            out["decode_hops"] = max(0.0, total - wait - first)
+            window = _split(self.decode_engine, self.first_token_s - window_start)
+            names = ("kv_transfer", "decode_first_token", "decode_hops")
+            out.update(zip(names, window, strict=True))
         if self.last_token_s is not None and self.first_token_s is not None:
             out["decode"] = self.last_token_s - self.first_token_s
         return {k: round(max(0.0, v), 6) for k, v in out.items()}
@@ -95,3 +86,12 @@ class Timeline:
             if n > 0:
                 out.extend([(b - a) / n] * n)
         return out
+
+
+def _split(engine: EngineTimes | None, window_s: float) -> tuple[float, float, float]:
+    """A router-measured window around one engine call → (waiting in the engine, engine work
+    up to the first token, the rest: hops between processes). Without engine times the whole
+    window counts as hops."""
+    wait = max(0.0, engine.scheduled_s - engine.queued_s) if engine else 0.0
+    work = max(0.0, engine.first_token_s - engine.scheduled_s) if engine else 0.0
+    return wait, work, max(0.0, window_s - wait - work)

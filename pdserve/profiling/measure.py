@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from pdserve.bench.sse import SSEDecoder, error_message, read_chunk
+from pdserve.bench.sse import aiter_events, error_message, read_chunk
 from pdserve.profiling.plan import ProfilePlan, decode_batch_prompts, random_tokens
 from pdserve.profiling.samples import DecodeBatch, ProfileError, prefill_sample, tpot_s
 from pdserve.router.policy.cost_model import PrefillSample
@@ -172,15 +172,11 @@ class Profiler:
         }
         first = last = None
         chunks, tokens, router_decode = 0, None, None
-        decoder = SSEDecoder()
         async with http.stream("POST", "/v1/completions", json=body) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
                 _raise_for_status(resp, "/v1/completions (stream)")
-            async for line in resp.aiter_lines():
-                event = decoder.feed(line)
-                if event is None:
-                    continue
+            async for event in aiter_events(resp):
                 chunk = read_chunk(event)
                 if chunk.error is not None:
                     raise ProfileError(f"decode stream failed: {chunk.error}")

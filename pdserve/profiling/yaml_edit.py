@@ -1,35 +1,44 @@
 """Put fitted coefficients at `router.routing.cost_model` of a config file's text (pure, but
 `write_atomic`).
 
-The edit is textual so that comments and layout survive: an existing `cost_model:` block
-under `router:` / `routing:` is replaced; a missing one (or missing `routing:` / `router:`) is
-inserted at the end of its parent block. The result is then loaded and compared with the
-original data plus the new coefficients; when the text could not be edited (flow-style
-mappings, odd layouts) or the comparison fails, the file is re-dumped from the data instead
-(comments lost; `EditResult.comments_kept` says which). Either way the result is validated
-with `pdserve.config.parse_config` before it is returned.
+The file is edited with ruamel.yaml's round-trip mode, so comments, key order, quotes and the
+file's indentation survive: an existing `cost_model:` block is replaced, a missing one (or a
+missing `routing:` / `router:`) is added at the end of its parent mapping, and a flow-style
+parent (`router: {port: 8000}`) becomes a block. Comment lines that followed the last line of
+the parent (they belong to what comes next) stay after the new block. The result is loaded
+with PyYAML and compared with the original data plus the new coefficients; when ruamel.yaml
+cannot load the text (e.g. duplicate keys, which PyYAML accepts) or the comparison fails, the
+file is re-dumped from the data instead (comments lost; `EditResult.comments_kept` says which).
+Either way the result is validated with `pdserve.config.parse_config` before it is returned.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import os
 import pathlib
-import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark
+from ruamel.yaml.error import YAMLError as RuamelYAMLError
+from ruamel.yaml.tokens import CommentToken
+from ruamel.yaml.util import load_yaml_guess_indent
 
 from pdserve.config import ConfigError, parse_config
 from pdserve.router.policy.cost_model import CostModel
 
-_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*)[ \t]*:(?:[ \t]+(?P<rest>.*))?$")
+_PATH = ("router", "routing", "cost_model")
+_Node = CommentedMap | CommentedSeq
 
 
 class _NotEditable(Exception):
-    """The text's layout is not one this module edits in place."""
+    """ruamel.yaml reads the text differently from PyYAML; re-dump from the data instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +77,9 @@ def cost_model_lines(model: CostModel, step: int = 2, comment: str | None = None
     return lines
 
 
-def snippet(model: CostModel, comment: str | None = None) -> str:
-    """The YAML to paste into a config: router → routing → cost_model."""
-    inner = _indented(["routing:", *_indented(cost_model_lines(model, 2, comment), 2)], 2)
+def snippet(model: CostModel, comment: str | None = None, step: int = 2) -> str:
+    """The YAML to paste into a config: router → routing → cost_model (indented by `step`)."""
+    inner = _indented(["routing:", *_indented(cost_model_lines(model, step, comment), step)], step)
     return "\n".join(["router:", *inner]) + "\n"
 
 
@@ -90,7 +99,7 @@ def update_config_text(
     try:
         new_text = _edit_text(text, model, comment)
         kept = yaml.safe_load(new_text) == expected
-    except (_NotEditable, yaml.YAMLError):
+    except (_NotEditable, RuamelYAMLError, yaml.YAMLError):
         kept = False
     if not kept:
         new_text = yaml.safe_dump(expected, sort_keys=False)
@@ -133,31 +142,87 @@ def _with_cost_model(data: dict[str, Any], model: CostModel) -> dict[str, Any]:
 
 
 def _edit_text(text: str, model: CostModel, comment: str | None) -> str:
-    lines = text.splitlines()
-    step = _indent_step(lines)
-    block = cost_model_lines(model, step, comment)
-    top = _find_key(lines, 0, len(lines), 0, "router")
-    if top is None:
-        while lines and not lines[-1].strip():
-            lines.pop()
-        new = ["router:", *_indented(["routing:", *_indented(block, step)], step)]
-        return "\n".join([*lines, *new]) + "\n"
-    router_end = _block_end(lines, top)
-    router_child = _child_indent(lines, top, router_end, step)
-    routing = _find_key(lines, top + 1, router_end, router_child, "routing")
-    if routing is None:
-        new = _indented(["routing:", *_indented(block, step)], router_child)
-        return _splice(lines, router_end, router_end, new)
-    routing_end = _block_end(lines, routing)
-    child = _child_indent(lines, routing, routing_end, step)
-    found = _find_key(lines, routing + 1, routing_end, child, "cost_model", inline_ok=True)
-    if found is None:
-        return _splice(lines, routing_end, routing_end, _indented(block, child))
-    return _splice(lines, found, _block_end(lines, found), _indented(block, child))
+    head, body = _split_document_start(text)
+    step = _indent_step(body.splitlines())
+    block = snippet(model, comment, step)
+    rt = YAML()
+    rt.preserve_quotes = True
+    rt.width = 1 << 16  # never re-wrap long lines
+    try:
+        root, _, dash = load_yaml_guess_indent(body, yaml=rt)
+    except IndexError as exc:  # its indentation scan trips on a bare `- ` line
+        raise _NotEditable("cannot guess the sequence indentation") from exc
+    if root is None:  # empty or only comments: nothing to merge into
+        return head + (body.rstrip("\n") + "\n" if body.strip() else "") + block
+    if not isinstance(root, CommentedMap):
+        raise _NotEditable(f"top level read as {type(root).__name__}")
+    # The new block, parsed from its text so the numbers keep `format_float`'s spelling.
+    new = rt.load(block)
+    node = root
+    for key in _PATH:
+        node.fa.set_block_style()
+        child = node.get(key)
+        if key == _PATH[-1] or not isinstance(child, CommentedMap):
+            _put(node, key, new[key])
+            break
+        node, new = child, new[key]
+    rt.indent(mapping=step, sequence=(dash or 0) + 2, offset=dash or 0)
+    out = io.StringIO()
+    rt.dump(root, out)
+    return head + out.getvalue()
 
 
-def _splice(lines: list[str], start: int, end: int, new: list[str]) -> str:
-    return "\n".join([*lines[:start], *new, *lines[end:]]) + "\n"
+def _split_document_start(text: str) -> tuple[str, str]:
+    """(everything up to a leading `---` line, the rest); ruamel.yaml drops what precedes it."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if _is_content(line):
+            if line.rstrip() == "---":
+                return "".join(lines[: i + 1]), "".join(lines[i + 1 :])
+            break
+    return "", text
+
+
+def _put(node: CommentedMap, key: str, value: CommentedMap) -> None:
+    """`node[key] = value`, replacing an old value and its comments; the comment lines that
+    trailed the old value (or the mapping's last entry) move below `value`."""
+    last = key if key in node else next(reversed(node), None)
+    trailing = "" if last is None else _cut_trailing(*_last_leaf(node, last))
+    if node.get(key) is not None:
+        node.ca.items.pop(key, None)
+    node[key] = value
+    if trailing:
+        owner, at, slot = _last_leaf(node, key)
+        entry = owner.ca.items.setdefault(at, [None, None, None, None])
+        entry[slot] = CommentToken("\n" + trailing, CommentMark(0))
+
+
+def _last_leaf(node: _Node, key: Any) -> tuple[_Node, Any, int]:
+    """Where ruamel.yaml keeps the comment after `node[key]`'s last line: the collection, the
+    key or index, and the slot of its comment entry."""
+    value = node[key]
+    if isinstance(value, _Node) and value and not value.fa.flow_style():
+        return _last_leaf(
+            value, next(reversed(value)) if isinstance(value, dict) else len(value) - 1
+        )
+    return node, key, 2 if isinstance(node, CommentedMap) else 0
+
+
+def _cut_trailing(node: _Node, key: Any, slot: int) -> str:
+    """Remove and return the lines after the end-of-line comment at `node[key]` (blank and
+    comment lines that belong to what follows)."""
+    entry = node.ca.items.get(key)
+    token = entry[slot] if entry else None
+    if token is None:
+        return ""
+    eol, _, rest = token.value.partition("\n")
+    if not rest:
+        return ""
+    if eol:
+        token.value = eol + "\n"
+    else:
+        entry[slot] = None
+    return str(rest)
 
 
 def _indented(lines: list[str], n: int) -> list[str]:
@@ -169,56 +234,11 @@ def _is_content(line: str) -> bool:
     return bool(stripped) and not stripped.startswith("#")
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
 def _indent_step(lines: list[str]) -> int:
-    """The file's indentation step: the indent of its first indented content line (2 if
-    none)."""
+    """The file's mapping indentation step: the indent of its first indented content line
+    that is not a sequence item (2 if none)."""
     for line in lines:
-        if _is_content(line) and _indent(line) > 0:
-            return _indent(line)
+        indent = len(line) - len(line.lstrip(" "))
+        if _is_content(line) and indent > 0 and not line.lstrip().startswith("-"):
+            return indent
     return 2
-
-
-def _find_key(
-    lines: list[str], start: int, end: int, indent: int, key: str, *, inline_ok: bool = False
-) -> int | None:
-    """Index of the mapping key `key:` at exactly `indent` within lines[start:end]. Raises
-    _NotEditable when it has an inline value (a flow mapping, null) unless `inline_ok`."""
-    for i in range(start, end):
-        line = lines[i]
-        if not _is_content(line) or _indent(line) != indent:
-            continue
-        m = _KEY.match(line)
-        if m is None or m["key"] != key:
-            continue
-        rest = (m["rest"] or "").strip()
-        if rest and not rest.startswith("#") and not inline_ok:
-            raise _NotEditable(f"{key} has an inline value on line {i + 1}")
-        return i
-    return None
-
-
-def _block_end(lines: list[str], key_line: int) -> int:
-    """Index just past the last content line of the block under the key at `key_line`: the
-    following lines indented deeper than it (blank and comment lines between them belong to
-    it; trailing ones belong to what follows)."""
-    base = _indent(lines[key_line])
-    end = key_line + 1
-    for i in range(key_line + 1, len(lines)):
-        if _is_content(lines[i]):
-            if _indent(lines[i]) <= base:
-                break
-            end = i + 1
-    return end
-
-
-def _child_indent(lines: list[str], key_line: int, end: int, step: int) -> int:
-    """The indent of the block's children (the first content line under the key), or the
-    key's indent plus `step` when it has none yet."""
-    for i in range(key_line + 1, end):
-        if _is_content(lines[i]):
-            return _indent(lines[i])
-    return _indent(lines[key_line]) + step

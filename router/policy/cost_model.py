@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from pdserve.router.policy.strict import StrictModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +56,8 @@ _PREFILL_FIELDS = ("fixed_overhead_s", "per_token_s", "per_token_sq_s")
 _DECODE_FIELDS = ("decode_base_s", "decode_per_seq_s", "decode_per_context_token_s")
 
 
-class CostModel(BaseModel):
+class CostModel(StrictModel):
     """Prefill and decode cost coefficients (seconds). All >= 0, so estimates are monotone."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     fixed_overhead_s: float = Field(
         default=0.02, ge=0, description="Prefill cost paid per request whatever its length."

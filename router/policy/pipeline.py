@@ -164,8 +164,8 @@ class RoutingPolicy:
         )
         d = d_pick.candidate
         scores = d_pick.scores
-        if self._decider.prefill_locally(request, d):
-            reason = self._decider.reason(request, d)
+        reason = self._decider.reason(request, d)
+        if reason is not None:
             return self._decision(request, None, d, d, work, now_s, reason, scores)
         p_pick = self._picker.pick(
             request,

@@ -241,7 +241,9 @@ class MaxScorePicker:
 class Decider(Protocol):
     """Remote or local prefill, given the chosen decode candidate. Called once per request."""
 
-    def prefill_locally(self, request: RequestSummary, decode: Candidate) -> bool: ...
+    def reason(self, request: RequestSummary, decode: Candidate) -> str | None:
+        """Why to prefill on `decode` (shown in the decision header), or None: remote."""
+        ...
 
 
 class LocalPrefillDecider:
@@ -271,25 +273,22 @@ class LocalPrefillDecider:
         self.max_cold_tokens = local_prefill_max_cold_tokens
 
     def prefill_locally(self, request: RequestSummary, decode: Candidate) -> bool:
-        uncached: int = request.num_prompt_tokens - decode.num_cached_tokens
-        if uncached < self.max_cold_tokens:
-            return True
-        if decode.num_cached_tokens <= 0:
-            return False
-        return uncached < self.max_uncached_tokens
+        return self.reason(request, decode) is not None
 
-    def reason(self, request: RequestSummary, decode: Candidate) -> str:
-        """Why `prefill_locally` said yes (for the decision header)."""
-        uncached = request.num_prompt_tokens - decode.num_cached_tokens
+    def reason(self, request: RequestSummary, decode: Candidate) -> str | None:
+        """Why to prefill on `decode` (for the decision header), or None to prefill remotely."""
+        uncached: int = request.num_prompt_tokens - decode.num_cached_tokens
         if uncached < self.max_cold_tokens:
             return (
                 f"local: {uncached} uncached tokens (< {self.max_cold_tokens}) "
                 f"on decode {decode.replica_id}"
             )
-        return (
-            f"local: decode {decode.replica_id} holds all but {uncached} tokens "
-            f"(< {self.max_uncached_tokens})"
-        )
+        if decode.num_cached_tokens > 0 and uncached < self.max_uncached_tokens:
+            return (
+                f"local: decode {decode.replica_id} holds all but {uncached} tokens "
+                f"(< {self.max_uncached_tokens})"
+            )
+        return None
 
 
 # ---- priority ----

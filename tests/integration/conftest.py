@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
 import pytest
 import yaml
 
@@ -59,32 +60,18 @@ class Cluster:
         return total
 
 
-def _descendants(pid: int) -> list[int]:
-    """All processes below `pid` (children first found by scanning /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """Stop a server and every process it started (vLLM's engine core would outlive it)."""
-    tree = _descendants(proc.pid)
+    tree: list[psutil.Process] = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        tree = psutil.Process(proc.pid).children(recursive=True)
     proc.terminate()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
     proc.kill()
-    for pid in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, 9)
+    for child in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:

@@ -1,48 +1,111 @@
-"""`pdserve down` finds its own cluster's processes, including ones that hide their origin."""
+"""`pdserve down` stops only its own cluster's processes, including ones that hide their
+origin, and removes only /dev/shm leftovers nobody uses."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
 
 from pdserve import local_cluster
 
+PORT = 6390
 
-def test_descendants_include_grandchildren_that_renamed_themselves() -> None:
-    # A parent with a child and a grandchild, like raylet -> agent -> worker. `exec -a`
-    # renames the grandchild, as Ray's agents rename their process titles.
-    parent = subprocess.Popen(
-        ["bash", "-c", "(bash -c 'exec -a ray::SomeAgent sleep 30'; true) & wait"]
-    )
+
+@pytest.mark.parametrize(
+    ("cmdline", "own"),
+    [
+        (["/venv/bin/gcs_server", f"--gcs_server_port={PORT}", "--node-ip-address=x"], True),
+        (["raylet", f"--gcs-address=127.0.0.1:{PORT}", "--node_manager_port=0"], True),
+        (["python", "-m", "ray.util.client.server", f"--address=127.0.0.1:{PORT}"], True),
+        (["gcs_server", f"--gcs_server_port={PORT + 1}"], False),  # another cluster
+        (["raylet", f"--gcs-address=127.0.0.1:{PORT}1"], False),  # port 63901, not 6390
+        (["python", "app.py", f"--port={PORT}"], False),
+        (["ray::IDLE"], False),  # renamed worker: found as a descendant, not by name
+        ([], False),
+    ],
+)
+def test_is_own_ray_process(cmdline: list[str], own: bool) -> None:
+    assert local_cluster.is_own_ray_process(cmdline, PORT) is own
+
+
+@pytest.mark.parametrize(
+    ("environ", "own"),
+    [
+        ({"PDSERVE_ENGINE_ROLE": "prefill", "PDSERVE_GCS_ADDRESS": f"127.0.0.1:{PORT}"}, True),
+        ({"PDSERVE_ENGINE_ROLE": "decode", "PDSERVE_GCS_ADDRESS": f"10.0.0.2:{PORT}"}, True),
+        ({"PDSERVE_ENGINE_ROLE": "decode", "PDSERVE_GCS_ADDRESS": f"127.0.0.1:{PORT + 1}"}, False),
+        ({"PDSERVE_ENGINE_ROLE": "decode"}, False),  # cluster unknown: not ours to stop
+        ({"PDSERVE_GCS_ADDRESS": f"127.0.0.1:{PORT}"}, False),  # a replica, not an engine
+        ({}, False),
+    ],
+)
+def test_is_own_engine(environ: dict[str, str], own: bool) -> None:
+    assert local_cluster.is_own_engine(environ, PORT) is own
+
+
+def test_stale_shm_keeps_what_was_there_what_is_used_and_what_is_not_vllm_or_ray() -> None:
+    entries = ["/dev/shm/psm_new", "/dev/shm/psm_old", "/dev/shm/vllm_busy", "/dev/shm/sem.mp-1",
+               "/dev/shm/ray_plasma", "/dev/shm/postgres.42"]  # fmt: skip
+    keep, in_use = {"/dev/shm/psm_old"}, {"/dev/shm/vllm_busy"}
+    assert local_cluster.stale_shm(entries, keep, in_use) == [
+        "/dev/shm/psm_new", "/dev/shm/ray_plasma", "/dev/shm/sem.mp-1"]  # fmt: skip
+
+
+# ---- the selection against real processes (psutil reads them) ------------------------------
+
+FREE_PORT = 59_731  # a port no real cluster here uses: the test's processes only name it
+SPAWN_AGENT = "import subprocess; subprocess.run(['bash', '-c', 'exec -a ray::SomeAgent sleep 30'])"
+
+
+@contextlib.contextmanager
+def _started(*cmd: str, env: dict[str, str] | None = None) -> Iterator[psutil.Process]:
+    proc = subprocess.Popen(list(cmd), env={**os.environ, **(env or {})})
+    root = psutil.Process(proc.pid)
     try:
-        deadline = time.monotonic() + 5
-        found: list[int] = []
-        while time.monotonic() < deadline:
-            found = local_cluster._descendants([parent.pid])
-            if len(found) >= 2 and any(_argv0(p) == "ray::SomeAgent" for p in found):
-                break
-            time.sleep(0.05)
-        assert "ray::SomeAgent" in {_argv0(pid) for pid in found}
-        assert parent.pid not in found
-        assert all(pid != 1 for pid in found)
+        yield root
     finally:
-        parent.kill()
-        subprocess.run(["pkill", "-f", "ray::SomeAgent"], check=False)
-        parent.wait()
-
-
-def _argv0(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")[0].decode()
-    except OSError:
-        return ""
-
-
-def test_descendants_of_a_process_without_children_is_empty() -> None:
-    proc = subprocess.Popen(["sleep", "30"])
-    try:
-        assert local_cluster._descendants([proc.pid]) == []
-    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for child in root.children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
         proc.kill()
         proc.wait()
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_own_ray_processes_include_descendants_that_renamed_themselves() -> None:
+    # A process naming the GCS port with a grandchild that renamed itself (`exec -a`), like
+    # raylet -> agent; and a process of another cluster, which must be left alone.
+    with (
+        _started(sys.executable, "-c", SPAWN_AGENT, f"--gcs_server_port={FREE_PORT}") as own,
+        _started(sys.executable, "-c", SPAWN_AGENT, f"--gcs_server_port={FREE_PORT + 1}") as other,
+    ):
+        _wait_for(lambda: any(c.name() == "sleep" for c in own.children(recursive=True)))
+        found = {p.pid for p in local_cluster._own_ray_processes(FREE_PORT)}
+        agents = [p for p in own.children(recursive=True) if p.cmdline()[:1] == ["ray::SomeAgent"]]
+        assert own.pid in found and agents and {a.pid for a in agents} <= found
+        assert other.pid not in found and os.getpid() not in found
+        assert not found & {c.pid for c in other.children(recursive=True)}
+
+
+def test_own_engines_are_found_by_their_environment() -> None:
+    role = {"PDSERVE_ENGINE_ROLE": "decode"}
+    with (
+        _started(
+            "sleep", "30", env={**role, "PDSERVE_GCS_ADDRESS": f"127.0.0.1:{FREE_PORT}"}
+        ) as own,
+        _started("sleep", "30", env={**role, "PDSERVE_GCS_ADDRESS": f"127.0.0.1:{FREE_PORT + 1}"}),
+    ):
+        assert [p.pid for p in local_cluster._own_engines(FREE_PORT)] == [own.pid]

@@ -125,8 +125,9 @@ def test_format_float_is_a_pyyaml_float(value: float, text: str) -> None:
 
 BASE = "platform: cpu  # top comment\nmodel:\n  max_model_len_tokens: 8192\n"
 CM = "".join(f"      {k}: {Y.format_float(v)}\n" for k, v in FIT.model_dump().items())
+NEW_ROUTER = "router:\n  routing:\n    cost_model:\n" + CM
 CASES = {
-    "no router": (BASE, BASE + "router:\n  routing:\n    cost_model:\n" + CM),
+    "no router": (BASE, BASE + NEW_ROUTER),
     "router, no routing": (
         BASE + "router:\n  port: 8000  # keep\n\n# trailing\nprefill:\n  num_replicas: 2\n",
         BASE + "router:\n  port: 8000  # keep\n  routing:\n    cost_model:\n" + CM
@@ -150,6 +151,24 @@ CASES = {
         BASE + "router:\n  routing:\nprefill: {}\n",
         BASE + "router:\n  routing:\n    cost_model:\n" + CM + "prefill: {}\n",
     ),
+    "comments after a replaced block stay after it": (
+        BASE + "router:\n  routing:  # r\n    cost_model:\n      per_token_s: 1.0  # old\n"
+        "\n# next\nprefill: {}\n",
+        BASE + "router:\n  routing:  # r\n    cost_model:\n" + CM + "\n# next\nprefill: {}\n",
+    ),
+    "flow-style router becomes a block": (
+        BASE + "router: {port: 8000}\n",
+        BASE + "router:\n  port: 8000\n  routing:\n    cost_model:\n" + CM,
+    ),
+    "document start and comments before it": (
+        "# head\n---\n" + BASE, "# head\n---\n" + BASE + NEW_ROUTER
+    ),
+    "only comments": ("# nothing yet\n", "# nothing yet\n" + NEW_ROUTER),
+    "4-space indent, indented sequence": (
+        "prefill:\n    cpu_cores:\n        - 0  # c\n",
+        "prefill:\n    cpu_cores:\n        - 0  # c\nrouter:\n    routing:\n        cost_model:\n"
+        + CM.replace("      ", "            "),
+    ),
 }  # fmt: skip
 
 
@@ -161,11 +180,12 @@ def test_update_config_text_edits_in_place(case: str) -> None:
     assert Y.update_config_text(result.text, FIT).text == result.text  # idempotent
 
 
-def test_update_config_text_falls_back_to_a_dump_for_flow_style() -> None:
-    result = Y.update_config_text("# lost\nrouter: {port: 8000}\n", FIT)
+def test_update_config_text_falls_back_to_a_dump_for_duplicate_keys() -> None:
+    # PyYAML takes the last of duplicate keys; ruamel.yaml refuses them: re-dump the data.
+    result = Y.update_config_text("# lost\nrouter:\n  port: 8000\nrouter:\n  port: 8001\n", FIT)
     assert not result.comments_kept and "# lost" not in result.text
     data = yaml.safe_load(result.text)
-    assert data["router"]["port"] == 8000
+    assert data["router"]["port"] == 8001
     assert parse_config(data).router.routing.cost_model == FIT
 
 
@@ -180,7 +200,12 @@ def test_update_config_text_on_the_2p1d_config_keeps_every_comment() -> None:
 
 @pytest.mark.parametrize(
     ("text", "match"),
-    [("- a\n", "mapping"), ("router: [\n", "not valid YAML"), ("router:\n  port: 0\n", "port")],
+    [
+        ("- a\n", "mapping"),
+        ("router: [\n", "not valid YAML"),
+        ("router:\n  port: 0\n", "port"),
+        ("extra:\n  - \n    1\n", "extra"),  # a bare `- ` trips ruamel's indent guess
+    ],
 )
 def test_update_config_text_rejects(text: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -244,7 +269,8 @@ def _router(status: int = 200, ready: int = 200) -> httpx.MockTransport:
             usage["usage"]["completion_tokens"] = body["max_tokens"]
             events = [chunk] * body["max_tokens"] + [usage]
             text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-            return httpx.Response(200, text=text, headers=_headers({}, None))
+            headers = {**_headers({}, None), "content-type": "text/event-stream"}
+            return httpx.Response(200, text=text, headers=headers)
         timing = {"prefill": TRUE.est_prefill_s(len(ids) - cached, cached)}
         return httpx.Response(200, json=usage, headers=_headers(timing, {"cached_tokens": 0}))
 

@@ -16,6 +16,9 @@ from pdserve.bench.models import ChatMessage, RequestResult, RequestSpec
 Handler = Callable[[httpx.Request], Coroutine[Any, Any, httpx.Response]]
 
 
+SSE = {"content-type": "text/event-stream"}
+
+
 def _sse(*payloads: object) -> bytes:
     events = [f"data: {json.dumps(p)}\n\n" for p in payloads]
     return ("".join(events) + "data: [DONE]\n\n").encode()
@@ -71,7 +74,9 @@ def test_chat_goes_to_chat_completions_without_policy_header() -> None:
 
     async def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, content=_sse({"choices": [{"delta": {"content": "x"}}]}))
+        return httpx.Response(
+            200, content=_sse({"choices": [{"delta": {"content": "x"}}]}), headers=SSE
+        )
 
     spec = RequestSpec(0, "agent", 1, 0, messages=(ChatMessage("user", "q"),))
     r = _run(handler, spec)
@@ -90,7 +95,7 @@ def test_chat_goes_to_chat_completions_without_policy_header() -> None:
         ),
         (httpx.Response(503, text="upstream down"), "HTTP 503: upstream down", 503),
         (
-            httpx.Response(200, content=_sse({"error": {"message": "engine died"}})),
+            httpx.Response(200, content=_sse({"error": {"message": "engine died"}}), headers=SSE),
             "engine died",
             200,
         ),
@@ -107,7 +112,7 @@ def test_failures_become_error_results(response: httpx.Response, error: str, sta
 def test_timeout_is_an_error_not_a_crash() -> None:
     async def handler(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(2)
-        return httpx.Response(200, content=_sse())
+        return httpx.Response(200, content=_sse(), headers=SSE)
 
     r = _run(handler, COMPLETION, timeout_s=0.05)
     assert not r.ok and r.error is not None and "timed out" in r.error

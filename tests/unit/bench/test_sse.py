@@ -1,36 +1,27 @@
-"""SSE line decoding and OpenAI stream chunks (pure)."""
+"""SSE decoding (httpx-sse underneath) and OpenAI stream chunks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from pdserve.bench.models import Usage
-from pdserve.bench.sse import SSEDecoder, SSEEvent, read_chunk, split_field
-
-
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [
-        ("data: {}", ("data", "{}")),
-        ("data:{}", ("data", "{}")),
-        ("data:  two", ("data", " two")),  # only one leading space is dropped
-        ("event: error", ("event", "error")),
-        ("data", ("data", "")),
-        (": keep-alive comment", None),
-        ("", None),
-    ],
-)
-def test_split_field(line: str, expected: tuple[str, str] | None) -> None:
-    assert split_field(line) == expected
+from pdserve.bench.sse import SSEEvent, aiter_events, read_chunk
 
 
 def _events(lines: list[str]) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    out = [e for line in lines if (e := decoder.feed(line)) is not None]
-    last = decoder.flush()
-    return [*out, last] if last is not None else out
+    """The events `aiter_events` reads from a response whose body is `lines`, LF-joined."""
+    body = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    resp = httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+
+    async def read() -> list[SSEEvent]:
+        return [e async for e in aiter_events(resp)]
+
+    return asyncio.run(read())
 
 
 @pytest.mark.parametrize(
@@ -38,15 +29,73 @@ def _events(lines: list[str]) -> list[SSEEvent]:
     [
         (["data: a", "", "data: b", ""], [("message", "a"), ("message", "b")]),
         (["data: a\r\n", "\r\n"], [("message", "a")]),
+        (["data:a", "", "data:  two", ""], [("message", "a"), ("message", " two")]),  # one space
         (["data: x", "data: y", ""], [("message", "x\ny")]),  # multi-line data
         ([": ping", "", "data: a", ""], [("message", "a")]),  # comments are no events
         (["event: error", "data: boom", ""], [("error", "boom")]),
-        (["data: tail"], [("message", "tail")]),  # no blank line at the end: flush
+        (["id: 7", "", "data: a", "", ""], [("message", "a")]),  # no data, no event
+        (['data: {"t": "a\u2028b"}', ""], [("message", '{"t": "a\u2028b"}')]),  # U+2028
         (["", "", ""], []),
     ],
 )
 def test_decoder(lines: list[str], expected: list[tuple[str, str]]) -> None:
     assert [(e.event, e.data) for e in _events(lines)] == expected
+
+
+async def _read(
+    chunks: AsyncIterator[bytes], content_type: str = "text/event-stream"
+) -> list[SSEEvent]:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=chunks, headers={"content-type": content_type})
+
+    async with (
+        httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http,
+        http.stream("GET", "http://sse.test/") as resp,
+    ):
+        return [e async for e in aiter_events(resp)]
+
+
+async def _bytes(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def test_aiter_events_splits_only_at_sse_line_ends() -> None:
+    # An event split across reads, CRLF endings, a comment, and U+2028 inside the JSON text
+    # (a Unicode line boundary that `aiter_lines` would split at).
+    text = json.dumps({"choices": [{"text": "a\u2028b"}]}, ensure_ascii=False)
+    parts = (b": ping\r\n\r\ndata: ", (text + "\n\n").encode(), b"data: [DO", b"NE]\r\n\r\n")
+    events = await _read(_bytes(*parts))
+    assert [read_chunk(e).text for e in events] == ["a\u2028b", ""]
+    assert read_chunk(events[-1]).done
+
+
+async def test_aiter_events_yields_each_event_before_the_next_arrives() -> None:
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"data: 1\n\n"
+        await asyncio.wait_for(release.wait(), timeout=5)  # times out if events are buffered
+        yield b"data: 2\n\n"
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=chunks(), headers={"content-type": "text/event-stream"})
+
+    async with (
+        httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http,
+        http.stream("GET", "http://sse.test/") as resp,
+    ):
+        async for event in aiter_events(resp):
+            seen.append(event.data)
+            release.set()
+    assert seen == ["1", "2"]
+
+
+async def test_aiter_events_reports_a_response_that_is_not_an_event_stream() -> None:
+    events = await _read(_bytes(b'{"choices": []}'), content_type="application/json")
+    chunk = read_chunk(events[0])
+    assert len(events) == 1 and chunk.error is not None and "text/event-stream" in chunk.error
 
 
 def _chunk(body: object, event: str = "message") -> SSEEvent:

@@ -19,7 +19,7 @@ Contract of `coalesce(outputs, interval_s, clock)`:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Protocol, TypeVar
 
 
@@ -35,15 +35,11 @@ M = TypeVar("M", bound=Mergeable)
 
 
 async def coalesce(
-    outputs: AsyncIterator[M],
+    outputs: AsyncGenerator[M, None],
     interval_s: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[M]:
     """See the module docstring."""
-    if interval_s <= 0:
-        async for output in outputs:
-            yield output
-        return
     held: M | None = None
     sent_at: float | None = None
     try:
@@ -53,6 +49,7 @@ async def coalesce(
             else:
                 held.add(output, aggregate=True)
             now = clock()
+            # interval_s <= 0 makes the last test always true: every output goes at once.
             if sent_at is None or output.finished or now - sent_at >= interval_s:
                 out, held = held, None
                 sent_at = now
@@ -60,6 +57,4 @@ async def coalesce(
         if held is not None:  # the source ended without a finished output
             yield held
     finally:
-        aclose = getattr(outputs, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await outputs.aclose()

@@ -23,6 +23,8 @@ class EngineStats:
     """Prompt tokens taken from this engine's own prefix cache."""
     prompt_tokens_kv_transfer_total: int
     """Prompt tokens whose KV arrived over NIXL from another engine."""
+    generation_tokens_total: int
+    """Output tokens this engine generated (an aborted request counts those made before it)."""
     num_kv_transfers_total: int
     num_kv_transfer_failures_total: int
     kv_transfer_bytes_total: int
@@ -40,6 +42,7 @@ class EngineCounters:
         self._computed = 0
         self._cache_hit = 0
         self._transferred = 0
+        self._generated = 0
         self._xfers = 0
         self._xfer_failures = 0
         self._xfer_bytes = 0
@@ -59,6 +62,7 @@ class EngineCounters:
             self._computed += tokens.computed
             self._cache_hit += tokens.local_cache_hit
             self._transferred += tokens.external_kv_transfer
+            self._generated += iteration_stats.num_generation_tokens
 
     def _fold_connector(self, data: dict[str, Any]) -> None:
         durations = data.get("transfer_duration") or []
@@ -79,6 +83,7 @@ class EngineCounters:
             prompt_tokens_computed_total=self._computed,
             prompt_tokens_local_cache_hit_total=self._cache_hit,
             prompt_tokens_kv_transfer_total=self._transferred,
+            generation_tokens_total=self._generated,
             num_kv_transfers_total=self._xfers,
             num_kv_transfer_failures_total=self._xfer_failures,
             kv_transfer_bytes_total=self._xfer_bytes,

@@ -65,7 +65,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "prefill": {"gpusPerPod": 8, "replicas": 1, "minReplicas": 1, "maxReplicas": 1},
     },
     "rdma-multus": RDMA,
-    "rdma-hostnetwork": {"kvTransfer": {"rdma": {"enabled": True}, "hostNetwork": True}},
+    "rdma-hostnetwork": {
+        "kvTransfer": {"rdma": {"enabled": True}, "hostNetwork": True},
+        "networkPolicy": {"nodeCIDRs": ["10.0.0.0/16"]},
+    },
     "monitoring": {"monitoring": {"enabled": True}},
     "autoscaling-off": {
         "autoscaler": {"enabled": False},
@@ -252,7 +255,11 @@ def test_rdma_adds_device_capability_and_networks(chart: helm_python.Chart) -> N
         container = template["spec"]["containers"][0]
         for side in ("requests", "limits"):
             assert container["resources"][side]["rdma/rdma_shared_device_a"] == 1
-        assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+        # Exactly one capability back, and only here (see docs: Security).
+        assert container["securityContext"]["capabilities"] == {
+            "drop": ["ALL"],
+            "add": ["IPC_LOCK"],
+        }
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["UCX_NET_DEVICES"] == "mlx5_0:1" and env["UCX_IB_GID_INDEX"] == "3"
         shm = {v["name"]: v for v in template["spec"]["volumes"]}["dshm"]
@@ -260,7 +267,7 @@ def test_rdma_adds_device_capability_and_networks(chart: helm_python.Chart) -> N
         nixl = [p["containerPort"] for p in container["ports"] if p["name"].startswith("nixl-")]
         assert nixl == list(range(15600, 15608))
     head = ray_containers(rayservice)[0]
-    assert "securityContext" not in head, "the head moves no KV: no IPC_LOCK there"
+    assert "add" not in head["securityContext"]["capabilities"], "the head moves no KV"
 
 
 def test_rdma_off_by_default(chart: helm_python.Chart) -> None:
@@ -269,7 +276,7 @@ def test_rdma_off_by_default(chart: helm_python.Chart) -> None:
         spec = group["template"]["spec"]
         container = spec["containers"][0]
         assert not any(k.startswith("rdma/") for k in container["resources"]["limits"])
-        assert "securityContext" not in container
+        assert "add" not in container["securityContext"]["capabilities"]
         assert "hostNetwork" not in spec
         assert "annotations" not in group["template"]["metadata"]
     host_net = one(render(chart, VARIANTS["rdma-hostnetwork"]), "RayService")
@@ -280,7 +287,7 @@ def test_rdma_off_by_default(chart: helm_python.Chart) -> None:
 
 def test_monitoring_objects_only_when_enabled(chart: helm_python.Chart) -> None:
     off = {o["kind"] for o in render(chart)}
-    assert off == {"RayService"}
+    assert off == {"RayService", "NetworkPolicy"}
     objects = render(chart, VARIANTS["monitoring"])
     monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PodMonitor"}
     ray_pm, router_pm = monitors["demo-pdserve-ray"], monitors["demo-pdserve-router"]

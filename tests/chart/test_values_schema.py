@@ -47,6 +47,12 @@ def _generator() -> ModuleType:
         ({"kvTransfer": {"rdma": {"enabled": "on"}}}, "/kvTransfer/rdma/enabled"),
         ({"service": {"type": "ExternalName"}}, "/service/type"),
         ({"apiKey": {"value": "sk-inline"}}, "additional properties 'value' not allowed"),
+        ({"podSecurityContext": {"runAsUser": "1000"}}, "/podSecurityContext/runAsUser"),
+        ({"securityContext": {"allowPrivilegeEscalaton": False}}, "'allowPrivilegeEscalaton'"),
+        ({"securityContext": {"seccompProfile": {"type": "Default"}}}, "/securityContext"),
+        ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+        ({"networkPolicy": {"router": {"from": [{"podSelectr": {}}]}}}, "'podSelectr'"),
+        ({"networkPolicy": {"nodeCIDRs": ["10.0.0.0"]}}, "/networkPolicy/nodeCIDRs/0"),
     ],
 )
 def test_schema_rejects_bad_values(
@@ -72,6 +78,7 @@ def test_schema_rejects_bad_values(
         ({"prefill": {"replicas": 9}}, "prefill.replicas (9) must lie within"),
         ({"kvTransfer": {"ucx": {"tls": "tcp"}}}, "UCX_TLS is set in both"),
         ({"kvTransfer": {"ucx": {"env": {"UCX_TLS": "tcp"}}}}, "UCX_TLS is set in both"),
+        ({"kvTransfer": {"hostNetwork": True}}, "CIDRs in networkPolicy.nodeCIDRs"),
     ],
 )
 def test_render_refuses_layouts_that_cannot_work(

@@ -53,6 +53,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $kv.side_channel_base_port | default 15600 | toJson }}
 {{- end }}
 
+{{- define "pdserve.kvEventsBasePort" -}}
+{{- $kv := .Values.pdserve.kv_transfer | default dict }}
+{{- $kv.kv_events_base_port | default 16600 | toJson }}
+{{- end }}
+
+{{/* The Ray dashboard's port on the head (ray start --dashboard-port, default 8265). */}}
+{{- define "pdserve.dashboardPort" -}}
+{{- index .Values.head.rayStartParams "dashboard-port" | default 8265 | toString | atoi }}
+{{- end }}
+
 {{/*
 The Ray Serve config (serveConfigV2): the same mapping as
 pdserve.deploy.serve_config.serve_config_for(config); the application args ARE the pdserve config.
@@ -71,8 +81,9 @@ pdserve.deploy.serve_config.serve_config_for(config); the application args ARE t
 {{- fail (printf "pdserve.router.host is %q: on Kubernetes the Serve HTTP proxies must listen on the pod network; set pdserve.router.host: 0.0.0.0" $host) }}
 {{- end }}
 {{- $port := include "pdserve.routerPort" . | atoi }}
-{{- if has $port (list 6379 8265 10001 52365 (int .Values.monitoring.rayMetricsPort)) }}
-{{- fail (printf "pdserve.router.port %d collides with a Ray port (6379 GCS, 8265 dashboard, 10001 client, 52365 dashboard agent, %v metrics): pick another" $port .Values.monitoring.rayMetricsPort) }}
+{{- $dashboardPort := include "pdserve.dashboardPort" . | atoi }}
+{{- if has $port (list 6379 $dashboardPort 10001 52365 (int .Values.monitoring.rayMetricsPort)) }}
+{{- fail (printf "pdserve.router.port %d collides with a Ray port (6379 GCS, %d dashboard, 10001 client, 52365 dashboard agent, %v metrics): pick another" $port $dashboardPort .Values.monitoring.rayMetricsPort) }}
 {{- end }}
 {{- range $role := list "prefill" "decode" }}
 {{- $g := index $.Values $role }}
@@ -109,10 +120,23 @@ pdserve.deploy.serve_config.serve_config_for(config); the application args ARE t
 {{- fail (printf "%s is set in both kvTransfer.ucx.env and pdserve.kv_transfer.ucx_env: set it in one place" $k) }}
 {{- end }}
 {{- end }}
+{{- if and .Values.networkPolicy.enabled .Values.kvTransfer.hostNetwork (not .Values.networkPolicy.nodeCIDRs) }}
+{{- fail "kvTransfer.hostNetwork: worker pods then talk from their node's IP, which the NetworkPolicy's pod selector does not match on most network plugins, so the head would refuse them: list your nodes' CIDRs in networkPolicy.nodeCIDRs, or set networkPolicy.enabled=false" }}
+{{- end }}
 {{- end }}
 
 {{/* Environment shared by every Ray container. */}}
 {{- define "pdserve.commonEnv" -}}
+# The pod's own address (the node's with host networking): what engines should bind their
+# listeners (KV-event publisher) to instead of every interface.
+- name: PDSERVE_POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+# Ray starts workers (and so the engines) at nice 15 by default; as non-root they cannot
+# lower it again, so start them at 0.
+- name: RAY_worker_niceness
+  value: "0"
 {{- if .Values.apiKey.existingSecret }}
 - name: PDSERVE_API_KEY
   valueFrom:

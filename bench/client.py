@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import httpx
 from pdserve.bench.models import RequestResult, RequestSpec, Usage
 from pdserve.bench.payload import PATHS, request_body, request_headers
 from pdserve.bench.sse import StreamChunk, aiter_events, error_message, read_chunk
+from pdserve.router.auth import client_headers
 
 Clock = Callable[[], float]
 
@@ -71,6 +73,7 @@ class BenchClient:
         pool = concurrency + 2  # + the model list and calibration requests
         self._http = httpx.AsyncClient(
             base_url=url.rstrip("/"),
+            headers=client_headers(os.environ),
             transport=transport,
             http2=False,
             limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),

@@ -201,13 +201,51 @@ class KVTransferConfig(StrictModel):
     )
 
 
+class AuthConfig(StrictModel):
+    """API keys the router enforces on every /v1 route (none configured: the API is open)."""
+
+    api_key_env: str = Field(
+        default="PDSERVE_API_KEY",
+        min_length=1,
+        description=(
+            "Environment variable holding the accepted API keys, comma-separated (several "
+            "keys let you rotate: add the new one, move clients, drop the old one). Read by "
+            "each router replica at start; unset or empty = no keys from the environment."
+        ),
+    )
+    api_key_file: str | None = Field(
+        default=None,
+        description=(
+            "A file with more accepted keys, one per line (e.g. a mounted Kubernetes Secret); "
+            "blank lines and lines starting with # are ignored. None = no file."
+        ),
+    )
+    protect_metrics: bool = Field(
+        default=False,
+        description="Also require a key on GET /metrics (off: Prometheus scrapes it openly).",
+    )
+
+
 class RouterConfig(StrictModel):
     """The OpenAI-compatible HTTP router."""
 
     host: str = Field(default="127.0.0.1", description="HTTP bind address.")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
     max_request_bytes: int = Field(
-        default=8 << 20, gt=0, description="Largest accepted request body."
+        default=8 << 20,
+        gt=0,
+        description="Largest accepted request body; a larger one gets 413 before it is parsed.",
+    )
+    auth: AuthConfig = Field(
+        default_factory=AuthConfig, description="API keys (Authorization: Bearer <key>)."
+    )
+    allow_client_priority: bool = Field(
+        default=False,
+        description=(
+            "Honour the request body's `priority` (lower is served first). Off: every client "
+            "gets priority 0 and only the router's policy orders the engines' queues, so no "
+            "client can jump the queue."
+        ),
     )
     default_max_tokens: int = Field(
         default=256, gt=0, description="max_tokens when the client sends none."

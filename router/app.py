@@ -15,6 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, get_args
 
 from fastapi import FastAPI, Request
@@ -22,7 +23,16 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from pdserve.messages import DecodeChunk
-from pdserve.router.errors import OpenAIError, error_body, install_error_handlers
+from pdserve.router.auth import ApiKeyMiddleware, ApiKeys
+from pdserve.router.body_limit import BodyLimitMiddleware
+from pdserve.router.errors import (
+    FAILURE_STATE,
+    REQUEST_ID_STATE,
+    OpenAIError,
+    error_body,
+    install_error_handlers,
+    server_error_body,
+)
 from pdserve.router.headers import (
     DECISION_HEADER,
     POLICY_HEADER,
@@ -40,6 +50,9 @@ from pdserve.router.status import ClusterStatus
 
 _DONE = "[DONE]"
 ARRIVAL_KEY = "pdserve_arrival_s"
+INLINE_PREPARE_MAX_BYTES = 16 << 10
+"""Request bodies up to this size are validated and tokenized on the event loop (cheaper
+than a thread hop); larger ones in the tokenizer thread."""
 
 
 def _dumps(obj: Any) -> str:
@@ -51,12 +64,19 @@ def build_app(
     orchestrator: Orchestrator,
     observer: RouterObserver,
     status: ClusterStatus,
+    *,
+    api_keys: ApiKeys | None = None,
+    max_request_bytes: int = 8 << 20,
     allow_policy_override: bool = False,
 ) -> FastAPI:
-    """The router's FastAPI app. `allow_policy_override` enables the x-pdserve-policy header
-    (local and benchmark deployments)."""
+    """The router's FastAPI app. `api_keys` None or empty: the API is open.
+    `allow_policy_override` enables the x-pdserve-policy header (local and benchmark
+    deployments)."""
     app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
     install_error_handlers(app)
+    # Outermost last: stamp the arrival, then check the key, then bound the body.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
+    app.add_middleware(ApiKeyMiddleware, keys=api_keys or ApiKeys(frozenset()))
     app.add_middleware(ArrivalStampMiddleware)
     completions = CompletionHandler(preparer, orchestrator, observer, allow_policy_override)
 
@@ -128,20 +148,32 @@ class CompletionHandler:
         self._orchestrator = orchestrator
         self._observer = observer
         self._allow_policy_override = allow_policy_override
+        # One thread: big prompts tokenize one at a time, off the loop; small ones inline.
+        self._prepare_pool = ThreadPoolExecutor(1, thread_name_prefix="pdserve-tokenize")
 
     async def handle(
         self, endpoint: Endpoint, request: Request, prepare: Callable[[str], PreparedRequest]
     ) -> Response:
         arrival_s = _arrival(request)
+        rid = _request_id(request)
+        setattr(request.state, REQUEST_ID_STATE, rid)  # for 5xx bodies
         try:
-            prepared = prepare(_request_id(request))
+            if _content_length(request) > INLINE_PREPARE_MAX_BYTES:
+                # Tokenizing a big prompt takes milliseconds to seconds: not on the event
+                # loop, where it would stall every other stream.
+                loop = asyncio.get_running_loop()
+                prepared = await loop.run_in_executor(self._prepare_pool, prepare, rid)
+            else:
+                prepared = prepare(rid)
             policy = self._policy_of(request)
         except OpenAIError as exc:
             self._observer.rejected(endpoint, exc.status)
             raise
-        obs = self._observer.start(endpoint, prepared.request_id, arrival_s)
+        obs = self._observer.start(
+            endpoint, prepared.request_id, prepared.engine_request_id, arrival_s
+        )
         created = int(time.time())
-        with _ends(obs):
+        with _ends(obs, request):
             generation = await self._orchestrator.run(prepared, obs, policy)
         builder = ResponseBuilder(
             kind=endpoint,
@@ -152,14 +184,14 @@ class CompletionHandler:
             num_cached_tokens=generation.num_cached_tokens,
         )
         if not prepared.stream:
-            with _ends(obs):
+            with _ends(obs, request):
                 async for chunk in generation.chunks:
                     builder.add(chunk)
             obs.ended(200)
             return JSONResponse(builder.body(), headers=_headers(obs))
         # Wait for the first token before answering, so the timing header can carry the TTFT
         # breakdown and a failure before the first token is a proper HTTP error.
-        with _ends(obs):
+        with _ends(obs, request):
             first = await anext(generation.chunks, None)
         events = _events(obs, builder, generation, first, prepared.include_usage)
         return EventSourceResponse(events, ping=3600, sep="\n", headers=_headers(obs))
@@ -185,9 +217,10 @@ class CompletionHandler:
 
 
 @contextlib.contextmanager
-def _ends(obs: RequestObservation) -> Iterator[None]:
+def _ends(obs: RequestObservation, request: Request) -> Iterator[None]:
     """If the block fails, end the observation with the failure's status (the OpenAIError's;
-    499 when cancelled because the client went away; else 500) and re-raise."""
+    499 when cancelled because the client went away; else 500, noting where it failed for
+    the error body) and re-raise."""
     try:
         yield
     except OpenAIError as exc:
@@ -197,6 +230,7 @@ def _ends(obs: RequestObservation) -> Iterator[None]:
         obs.ended(499)
         raise
     except Exception:
+        setattr(request.state, FAILURE_STATE, obs.failure_point)
         obs.ended(500)
         raise
 
@@ -232,11 +266,19 @@ async def _events(
     except OpenAIError as exc:
         status = exc.status
         yield _dumps(error_body(exc.status, exc.message, exc.param, exc.code))
-    except Exception as exc:
-        yield _dumps(error_body(500, f"generation failed: {exc}"))
+    except Exception:
+        # Logged with its traceback where it happened (RequestObservation.failed).
+        yield _dumps(server_error_body(obs.request_id, obs.failure_point))
     finally:
         await chunks.aclose()
         obs.ended(status)
+
+
+def _content_length(request: Request) -> int:
+    try:
+        return int(request.headers.get("content-length", "0"))
+    except ValueError:
+        return 0
 
 
 def _arrival(request: Request) -> float:

@@ -9,6 +9,7 @@ in — no module globals: the tokenizer (`RequestPreparer`), the replica view an
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import prometheus_client
@@ -17,6 +18,7 @@ from fastapi import FastAPI
 from pdserve.config import PdserveConfig
 from pdserve.model_source import resolve_model
 from pdserve.router.app import build_app
+from pdserve.router.auth import ApiKeys
 from pdserve.router.dispatch import RayServeDispatcher
 from pdserve.router.kv_size import kv_bytes_per_token
 from pdserve.router.metrics import RouterMetrics
@@ -62,6 +64,7 @@ class Router:
             ),
         )
         self._status = ClusterStatus(placer, dispatcher)
+        self._api_keys = ApiKeys.load(router.auth, os.environ)
 
     def attach_request_router(self, pool: PoolName, source: ReplicaSource) -> None:
         """Called by PdserveRequestRouter when Ray Serve creates it in this process."""
@@ -78,5 +81,7 @@ class Router:
             self._orchestrator,
             self._observer,
             self._status,
+            api_keys=self._api_keys,
+            max_request_bytes=self._config.router.max_request_bytes,
             allow_policy_override=self._config.router.allow_policy_override,
         )

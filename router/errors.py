@@ -57,6 +57,27 @@ def error_body(
     }
 
 
+REQUEST_ID_STATE = "pdserve_request_id"
+"""`request.state` attribute where the HTTP layer keeps the request's id for error bodies."""
+FAILURE_STATE = "pdserve_failure_point"
+"""`request.state` attribute where the HTTP layer keeps where the request failed, if known."""
+
+_SERVER_FAILURES = {
+    "placement": ("placement_failed", "placing the request failed"),
+    "prefill": ("prefill_failed", "the prefill failed"),
+    "decode_before_first_token": ("decode_failed", "the decode failed before the first token"),
+    "decode_after_first_token": ("decode_failed", "the decode failed mid-stream"),
+}
+
+
+def server_error_body(request_id: str | None, failure_point: str | None) -> dict[str, Any]:
+    """The body of a 5xx: a stable code and the request id, never the exception's text
+    (remote tracebacks carry process titles, pids and addresses; the log has them)."""
+    code, what = _SERVER_FAILURES.get(failure_point or "", ("internal_error", "internal error"))
+    rid = f" (request {request_id})" if request_id else ""
+    return error_body(500, f"{what}{rid}; the router log has the details", None, code)
+
+
 def error_response(exc: OpenAIError) -> JSONResponse:
     return JSONResponse(error_body(exc.status, exc.message, exc.param, exc.code), exc.status)
 
@@ -95,6 +116,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error: %s", exc)
-        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}: {exc}"), 500)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        rid = getattr(request.state, REQUEST_ID_STATE, None)
+        point = getattr(request.state, FAILURE_STATE, None)
+        if point is None:  # not logged where it happened
+            log.error("request %s failed: %r", rid, exc, exc_info=exc)
+        return JSONResponse(server_error_body(rid, point), 500)

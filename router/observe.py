@@ -44,11 +44,20 @@ class RequestObservation:
     """One request's observation. Built by `RouterObserver.start`; not shared across requests."""
 
     def __init__(
-        self, owner: RouterObserver, endpoint: Endpoint, request_id: str, arrival_s: float
+        self,
+        owner: RouterObserver,
+        endpoint: Endpoint,
+        request_id: str,
+        placement_id: str,
+        arrival_s: float,
     ):
         self._owner = owner
         self.endpoint: Endpoint = endpoint
         self.request_id = request_id
+        """The client-facing id (x-request-id): logs and traces."""
+        self.placement_id = placement_id
+        """Unique per request inside this router even when clients reuse an x-request-id:
+        the placer's bookkeeping key."""
         self.timeline = Timeline(arrival_s=arrival_s)
         self.decision: Decision | None = None
         """None until placed, and when placed by Ray Serve's load balancing (the replica view
@@ -103,7 +112,7 @@ class RequestObservation:
         self._prefill_open = False
         placer = self._owner.placer
         if placer is not None:
-            placer.prefill_done(self.decision, self.request_id)
+            placer.prefill_done(self.decision, self.placement_id)
 
     def decode_sent(self) -> None:
         """The decode request is on its way to a decode replica."""
@@ -153,7 +162,7 @@ class RequestObservation:
     def failed(self, point: FailurePoint, error: BaseException) -> None:
         """The request failed at `point` (the error then propagates to the HTTP layer)."""
         self.failure_point = point
-        log.warning("request %s failed at %s: %s", self.request_id, point, error)
+        log.warning("request %s failed at %s: %r", self.request_id, point, error, exc_info=error)
 
     def ended(self, status: int | str) -> None:
         """The response is over with this HTTP status (499: the client went away). Counts the
@@ -182,9 +191,11 @@ class RouterObserver:
         self.clock = clock
         self._kv_bytes_per_token = kv_bytes_per_token
 
-    def start(self, endpoint: Endpoint, request_id: str, arrival_s: float) -> RequestObservation:
+    def start(
+        self, endpoint: Endpoint, request_id: str, placement_id: str, arrival_s: float
+    ) -> RequestObservation:
         """Open the observation of an accepted (validated) request."""
-        return RequestObservation(self, endpoint, request_id, arrival_s)
+        return RequestObservation(self, endpoint, request_id, placement_id, arrival_s)
 
     def rejected(self, endpoint: Endpoint, status: int) -> None:
         """A request refused before it was accepted (validation, policy header)."""

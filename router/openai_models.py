@@ -10,9 +10,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+MAX_STOP_SEQUENCES = 16
+"""Most stop strings one request may send (OpenAI allows 4)."""
+MAX_STOP_CHARS = 256
+"""Longest stop string, in characters."""
+MAX_STOP_TOKEN_IDS = 256
+"""Most stop_token_ids one request may send."""
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""Seeds the engines accept (a 64-bit signed integer)."""
+
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # NaN and +-Infinity (which Python's JSON parser accepts) are never valid sampling values.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 class StreamOptions(_Body):
@@ -55,12 +65,12 @@ class _Sampling(_Body):
     top_p: float = Field(default=1.0, gt=0, le=1)
     top_k: int = Field(default=0, ge=-1)
     min_tokens: int = Field(default=0, ge=0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     presence_penalty: float = Field(default=0.0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
     repetition_penalty: float = Field(default=1.0, gt=0)
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[int] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
@@ -74,8 +84,12 @@ class _Sampling(_Body):
         if self.stop is None:
             return ()
         stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop strings are accepted")
         if any(not s for s in stops):
             raise ValueError("stop strings must be non-empty")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"stop strings must be at most {MAX_STOP_CHARS} characters")
         return stops
 
     def common_unsupported(self) -> tuple[str, str] | None:

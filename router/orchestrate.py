@@ -109,8 +109,9 @@ class Orchestrator:
         if self._placer is None:
             return None
         try:
+            # Keyed by the engine request id: unique even when clients reuse x-request-id.
             return self._placer.place(
-                prepared.request_id, prepared.prompt_token_ids, prepared.priority, policy
+                prepared.engine_request_id, prepared.prompt_token_ids, prepared.priority, policy
             )
         except NoReplicaError as exc:
             obs.failed("placement", exc)

@@ -41,7 +41,8 @@ class PreparedRequest:
     prompt_token_ids: list[int]
     sampling: SamplingOptions
     priority: int
-    """The client's priority (the policy turns it into the engine priority)."""
+    """The client's priority when router.allow_client_priority, else 0 (the policy turns it
+    into the engine priority)."""
     stream: bool = False
     """The client asked for an SSE stream (also sets how often decode sends tokens)."""
     include_usage: bool = False
@@ -72,6 +73,12 @@ class RequestPreparer:
 
     def prepare_chat(self, req: ChatCompletionRequest, request_id: str) -> PreparedRequest:
         self._check_common(req.model, req.unsupported_reason())
+        for i, message in enumerate(req.messages):
+            try:
+                text = message.text()
+            except ValueError:  # a non-text part: the renderer answers it with a 400
+                continue
+            _check_unicode(text, f"messages[{i}].content")
         ids = self._tokenizer.render_chat(req.messages, req.add_generation_prompt)
         return self._prepare(
             request_id, ids, req, req.requested_max_tokens(), req.num_logprobs(), "messages"
@@ -83,7 +90,13 @@ class RequestPreparer:
         if not prompt:
             raise OpenAIError(400, "prompt must not be empty", param="prompt")
         if isinstance(prompt, str):
-            ids = self._tokenizer.encode(prompt)
+            _check_unicode(prompt, "prompt")
+            try:
+                ids = self._tokenizer.encode(prompt)
+            except Exception as exc:  # the tokenizer rejects this text
+                raise OpenAIError(
+                    400, f"the prompt could not be tokenized: {exc}", param="prompt"
+                ) from exc
         else:
             bad = [t for t in prompt if not 0 <= t < self._vocab_size]
             if bad:
@@ -141,6 +154,15 @@ class RequestPreparer:
             stop = req.stop_list()
         except ValueError as exc:
             raise OpenAIError(400, str(exc), param="stop") from exc
+        for s in stop:
+            _check_unicode(s, "stop")
+        bad_ids = [t for t in req.stop_token_ids or () if not 0 <= t < self._vocab_size]
+        if bad_ids:
+            raise OpenAIError(
+                400,
+                f"stop_token_ids must be in [0, {self._vocab_size}); got {bad_ids[:5]}",
+                param="stop_token_ids",
+            )
         sampling = SamplingOptions(
             max_tokens=budget,
             temperature=req.temperature,
@@ -164,9 +186,25 @@ class RequestPreparer:
             engine_request_id=f"{request_id}-{uuid.uuid4().hex[:8]}",
             prompt_token_ids=ids,
             sampling=sampling,
-            priority=req.priority,
+            # Only the router's policy orders the engines' queues unless clients may (a client
+            # priority would otherwise let anyone jump every queue).
+            priority=req.priority if self._config.router.allow_client_priority else 0,
             stream=stream,
             include_usage=bool(
                 stream and req.stream_options is not None and req.stream_options.include_usage
             ),
         )
+
+
+def _check_unicode(text: str, param: str) -> None:
+    """400 unless `text` is valid Unicode (JSON's \\uD800-style escapes can carry lone
+    surrogates, which no tokenizer or engine can handle)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise OpenAIError(
+            400,
+            f"'{param}' is not valid Unicode: a lone surrogate at character {exc.start}",
+            param=param,
+            code="invalid_unicode",
+        ) from exc

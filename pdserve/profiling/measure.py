@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import httpx
 from pdserve.bench.sse import aiter_events, error_message, read_chunk
 from pdserve.profiling.plan import ProfilePlan, decode_batch_prompts, random_tokens
 from pdserve.profiling.samples import DecodeBatch, ProfileError, prefill_sample, tpot_s
+from pdserve.router.auth import client_headers
 from pdserve.router.policy.cost_model import PrefillSample
 
 Progress = Callable[[str], None]
@@ -69,6 +71,7 @@ class Profiler:
         pool = max(self.plan.decode_batch_sizes, default=1) + 2
         async with httpx.AsyncClient(
             base_url=self.url,
+            headers=client_headers(os.environ),
             transport=self._transport,
             limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
             timeout=httpx.Timeout(self._timeout_s, connect=min(10.0, self._timeout_s)),

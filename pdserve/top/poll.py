@@ -7,12 +7,14 @@ replicas endpoint is not an error: the scrape carries `replicas=None`.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from pdserve.router.auth import client_headers
 from pdserve.top.scrape import Scrape, parse_metrics
 
 
@@ -32,7 +34,12 @@ class Poller:
     ) -> None:
         self.url = url.rstrip("/")
         self._clock = clock
-        self._client = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport)
+        self._client = httpx.Client(
+            base_url=self.url,
+            headers=client_headers(os.environ),
+            timeout=timeout_s,
+            transport=transport,
+        )
 
     def scrape(self) -> Scrape:
         """GET /metrics (required) and /v1/pdserve/replicas (optional) into one Scrape."""

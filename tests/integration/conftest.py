@@ -41,9 +41,17 @@ class Cluster:
     url: str
     config: PdserveConfig
     model_path: str
+    api_key: str | None = None
+    """The key the router enforces (started with PDSERVE_API_KEY set); None: open."""
 
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0)
+        key = self.api_key or "unused"
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+
+    def http(self, timeout_s: float = 60) -> httpx.Client:
+        """An HTTP client for the router that sends the cluster's key, if any."""
+        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(base_url=self.url, timeout=timeout_s, headers=headers)
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         """The sum of the samples of `name` whose labels include `labels` (0 when absent)."""
@@ -118,9 +126,15 @@ def _start_reference(
 
 
 def start_cluster(
-    config_file: str, tmp: pathlib.Path, router_port: int, ray_port: int, metrics_port: int
+    config_file: str,
+    tmp: pathlib.Path,
+    router_port: int,
+    ray_port: int,
+    metrics_port: int,
+    api_key: str | None = None,
 ) -> tuple[Cluster, dict[str, str]]:
-    """`pdserve up --detach` on private ports; returns the cluster and the env for `down`."""
+    """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is);
+    returns the cluster and the env for `down`."""
     raw = yaml.safe_load((ROOT / "deploy" / config_file).read_text())
     raw["router"]["port"] = router_port
     cfg_path = tmp / "test.yaml"
@@ -132,6 +146,9 @@ def start_cluster(
         "PDSERVE_RAY_PORT": str(ray_port),
         "PDSERVE_RAY_METRICS_PORT": str(metrics_port),
     }
+    env.pop("PDSERVE_API_KEY", None)
+    if api_key is not None:
+        env["PDSERVE_API_KEY"] = api_key
     up = subprocess.run(
         [PDSERVE, "up", "--detach", "--config", str(cfg_path)],
         env=env,
@@ -142,7 +159,8 @@ def start_cluster(
     if up.returncode != 0:
         subprocess.run([PDSERVE, "down"], env=env, capture_output=True, timeout=120)
         raise RuntimeError(f"pdserve up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
-    return Cluster(f"http://127.0.0.1:{router_port}", cfg, resolve_model(cfg.model)), env
+    url = f"http://127.0.0.1:{router_port}"
+    return Cluster(url, cfg, resolve_model(cfg.model), api_key), env
 
 
 def stop_cluster(env: dict[str, str]) -> None:
@@ -164,6 +182,7 @@ def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
         "PDSERVE_RAY_PORT": str(RAY_PORT),
         "PDSERVE_RAY_METRICS_PORT": str(RAY_METRICS_PORT),
     }
+    env.pop("PDSERVE_API_KEY", None)  # this cluster's API is open (test_routing's has a key)
     reference = _start_reference(model_path, cfg, tmp / "reference.log")
     pdserve = str(pathlib.Path(sys.executable).with_name("pdserve"))
     up = subprocess.run(

@@ -3,6 +3,7 @@ hang, and the cluster keeps serving afterwards."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -134,6 +135,62 @@ CASES: list[tuple[str, str, Any, int, list[str], str | None]] = [
         ["temperature"],
         "temperature",
     ),
+    (
+        "lone-surrogate-in-prompt",
+        COMPLETIONS,
+        b'{"model": "pdserve-demo", "prompt": "tell me \\ud800 more", "max_tokens": 2}',
+        400,
+        ["not valid unicode"],
+        "prompt",
+    ),
+    (
+        "lone-surrogate-in-chat",
+        CHAT,
+        b'{"model": "pdserve-demo", "messages": [{"role": "user", "content": "\\udfff"}]}',
+        400,
+        ["not valid unicode"],
+        "messages[0].content",
+    ),
+    (
+        "huge-stop-list",
+        COMPLETIONS,
+        {"model": "pdserve-demo", "prompt": "hi", "stop": [f"s{i}" for i in range(100_000)]},
+        400,
+        ["at most 16 stop strings"],
+        "stop",
+    ),
+    (
+        "seed-out-of-range",
+        COMPLETIONS,
+        {"model": "pdserve-demo", "prompt": "hi", "seed": 2**70},
+        400,
+        ["seed"],
+        "seed",
+    ),
+    (
+        "infinite-repetition-penalty",
+        COMPLETIONS,
+        b'{"model": "pdserve-demo", "prompt": "hi", "repetition_penalty": Infinity}',
+        400,
+        ["finite"],
+        "repetition_penalty",
+    ),
+    (
+        "stop-token-id-out-of-vocab",
+        COMPLETIONS,
+        {"model": "pdserve-demo", "prompt": "hi", "stop_token_ids": [99999999]},
+        400,
+        ["stop_token_ids"],
+        "stop_token_ids",
+    ),
+    (
+        "body-over-max-request-bytes",
+        COMPLETIONS,
+        {"model": "pdserve-demo", "prompt": "x" * (9 << 20)},
+        413,
+        ["too large", "max_request_bytes"],
+        None,
+    ),
 ]
 
 
@@ -163,6 +220,26 @@ def test_bad_input_is_a_clear_4xx_then_the_cluster_still_serves(
         )
         assert ok.status_code == 200, ok.text
         assert ok.json()["usage"]["completion_tokens"] == 3
+
+
+def test_concurrent_requests_reusing_an_x_request_id_are_both_served(cluster: Cluster) -> None:
+    """Engine and placement ids stay unique when clients reuse x-request-id."""
+    bodies = [
+        {"model": "pdserve-demo", "prompt": text_of_words(400, salt=salt), "max_tokens": 8}
+        for salt in (71, 72)
+    ]
+    headers = {"x-request-id": "same-id-twice"}
+    with ThreadPoolExecutor(2) as pool:
+        responses = list(
+            pool.map(
+                lambda body: httpx.post(
+                    f"{cluster.url}{COMPLETIONS}", json=body, headers=headers, timeout=60
+                ),
+                bodies,
+            )
+        )
+    assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
+    assert all(r.json()["usage"]["completion_tokens"] == 8 for r in responses)
 
 
 def test_unknown_route_is_openai_404(cluster: Cluster) -> None:

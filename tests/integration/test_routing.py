@@ -1,6 +1,8 @@
-"""Routing on a 2 prefill + 1 decode cluster: the policy's choice is where requests really run
-(enforced by pdserve's Ray Serve request router), an agent loop stays on the replica that holds
-its prefix (learned from vLLM's KV events), and the baselines stay selectable per request."""
+"""A second cluster, 2 prefill + 1 decode, started with an API key. Routing: the policy's choice
+is where requests really run (enforced by pdserve's Ray Serve request router), an agent loop
+stays on the replica that holds its prefix (learned from vLLM's KV events), and the baselines
+stay selectable per request. The front door: every /v1 route needs the key; /health and
+/ready do not."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ import pytest
 from tests.integration.conftest import Cluster, start_cluster, stop_cluster
 from tests.integration.texts import text_of_words
 
+API_KEY = "sk-pdserve-test-4f1c"
+
 
 @pytest.fixture(scope="module")
 def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster, env = start_cluster(
-        "local-2p1d.yaml", tmp_path_factory.mktemp("2p1d"), 18200, 6396, 8084
+        "local-2p1d.yaml", tmp_path_factory.mktemp("2p1d"), 18200, 6396, 8084, api_key=API_KEY
     )
     try:
         yield cluster
@@ -43,7 +47,7 @@ def _route(resp: httpx.Response) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def test_agent_loop_sticks_to_its_prefix_and_placement_is_enforced(two_prefill: Cluster) -> None:
-    with httpx.Client(base_url=two_prefill.url, timeout=60) as http:
+    with two_prefill.http() as http:
         _chat(http, [{"role": "user", "content": "warm up"}], "pdserve")  # view attaches
         messages = [{"role": "system", "content": text_of_words(300, salt=5150)}]
         prefill_replicas, cached = [], []
@@ -61,13 +65,14 @@ def test_agent_loop_sticks_to_its_prefix_and_placement_is_enforced(two_prefill: 
             )
     assert len(set(prefill_replicas)) == 1, f"the loop moved between replicas: {prefill_replicas}"
     assert all(later > 0 for later in cached[1:]), f"no prefix reuse after step 1: {cached}"
-    view = httpx.get(f"{two_prefill.url}/v1/pdserve/replicas", timeout=10).json()
+    with two_prefill.http() as http:
+        view = http.get("/v1/pdserve/replicas").json()
     held = {r["replica_id"]: r["cached_blocks"] for r in view["pools"]["prefill"]}
     assert held[prefill_replicas[0]] > 0, "the prefix index learned nothing from KV events"
 
 
 def test_round_robin_baseline_alternates_and_is_enforced(two_prefill: Cluster) -> None:
-    with httpx.Client(base_url=two_prefill.url, timeout=60) as http:
+    with two_prefill.http() as http:
         chosen = []
         for i in range(4):
             resp = _chat(http, [{"role": "user", "content": f"question {i}"}], "round_robin")
@@ -79,11 +84,37 @@ def test_round_robin_baseline_alternates_and_is_enforced(two_prefill: Cluster) -
 
 
 def test_unknown_policy_header_is_a_400(two_prefill: Cluster) -> None:
-    resp = httpx.post(
-        f"{two_prefill.url}/v1/completions",
-        json={"model": "pdserve-demo", "prompt": "x", "max_tokens": 1},
-        headers={"x-pdserve-policy": "fastest"},
-        timeout=30,
-    )
+    with two_prefill.http() as http:
+        resp = http.post(
+            "/v1/completions",
+            json={"model": "pdserve-demo", "prompt": "x", "max_tokens": 1},
+            headers={"x-pdserve-policy": "fastest"},
+        )
     assert resp.status_code == 400
     assert resp.json()["error"]["param"] == "x-pdserve-policy"
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer sk-wrong", f"Basic {API_KEY}", "Bearer", f"{API_KEY}"]
+)
+def test_every_v1_route_needs_the_api_key(two_prefill: Cluster, authorization: str | None) -> None:
+    headers = {} if authorization is None else {"authorization": authorization}
+    with httpx.Client(base_url=two_prefill.url, timeout=30, headers=headers) as http:
+        for resp in (
+            http.post("/v1/chat/completions", json={"model": "pdserve-demo", "messages": []}),
+            http.post("/v1/completions", json={"model": "pdserve-demo", "prompt": "hi"}),
+            http.get("/v1/models"),
+            http.get("/v1/pdserve/replicas"),
+        ):
+            assert resp.status_code == 401, resp.text
+            assert resp.json()["error"]["code"] == "invalid_api_key"
+            assert API_KEY not in resp.text
+        assert http.get("/health").status_code == 200
+        assert http.get("/ready").status_code == 200
+
+
+def test_the_api_key_is_served_by_the_official_client(two_prefill: Cluster) -> None:
+    resp = two_prefill.client().completions.create(
+        model="pdserve-demo", prompt="with a key", max_tokens=4, temperature=0
+    )
+    assert resp.usage is not None and resp.usage.completion_tokens == 4

@@ -138,3 +138,18 @@ def test_list_models() -> None:
 
     with pytest.raises(BenchError, match="/v1/models failed"):
         asyncio.run(go(broken))
+
+
+def test_the_api_key_from_pdserve_api_key_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=_sse(), headers=SSE)
+
+    monkeypatch.setenv("PDSERVE_API_KEY", "sk-first, sk-second")
+    assert _run(handler, COMPLETION).ok
+    assert seen[0].headers["authorization"] == "Bearer sk-first"
+    monkeypatch.delenv("PDSERVE_API_KEY")
+    assert _run(handler, COMPLETION).ok
+    assert "authorization" not in seen[1].headers

@@ -121,9 +121,11 @@ async def test_prefill_failure_is_an_openai_500_and_the_next_request_succeeds() 
     d = FakeDispatcher(prefill_error=RuntimeError("prefill replica died"))
     c = Client(d)
     body = {"model": MODEL, "prompt": LONG_PROMPT, "max_tokens": 3}
-    resp = await c.http.post("/v1/completions", json=body)
+    resp = await c.http.post("/v1/completions", json=body, headers={"x-request-id": "r-9"})
     assert resp.status_code == 500
-    assert "prefill replica died" in resp.json()["error"]["message"]
+    error = resp.json()["error"]
+    assert error["code"] == "prefill_failed" and "r-9" in error["message"]
+    assert "died" not in error["message"]  # the exception text stays in the router's log
     assert c.requests("completion", "none", "500") == 1
     d.prefill_error = None
     assert (await c.http.post("/v1/completions", json=body)).status_code == 200
@@ -148,7 +150,9 @@ async def test_decode_failure_mid_stream_ends_the_stream_with_an_error_event() -
     payloads = sse_payloads(resp.text)
     assert "[DONE]" not in payloads
     assert [json.loads(p)["choices"][0]["text"] for p in payloads[:2]] == [" a", " b"]
-    assert "decode engine failed at chunk 2" in json.loads(payloads[-1])["error"]["message"]
+    error = json.loads(payloads[-1])["error"]
+    assert error["code"] == "decode_failed" and "mid-stream" in error["message"]
+    assert "chunk 2" not in error["message"]
     assert c.requests("completion", "remote_prefill", "500") == 1
 
 

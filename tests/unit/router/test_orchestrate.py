@@ -56,7 +56,7 @@ class Rig:
         )
 
     def start(self, rid: str = "req-1") -> RequestObservation:
-        return self.observer.start("completion", rid, arrival_s=9.0)
+        return self.observer.start("completion", rid, f"{rid}-abcd", arrival_s=9.0)
 
     def sample(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)

@@ -24,12 +24,14 @@ def _logging(config: PdserveConfig) -> dict[str, Any]:
     return {"enable_access_log": config.router.access_log, "log_level": "WARNING"}
 
 
-def _pool_options(pool: PoolConfig, role: str, stats_period_s: float) -> dict[str, Any]:
+def _pool_options(
+    pool: PoolConfig, role: str, stats_period_s: float, busy_wait_s: float
+) -> dict[str, Any]:
     opts: dict[str, Any] = {
         # pdserve's request router places each request on the replica the policy chose.
         "request_router_config": RequestRouterConfig(
             request_router_class="pdserve.router.replica_router.PdserveRequestRouter",
-            request_router_kwargs={"pool": role},
+            request_router_kwargs={"pool": role, "busy_replica_wait_s": busy_wait_s},
             request_routing_stats_period_s=stats_period_s,
             request_routing_stats_timeout_s=max(2.0, 4 * stats_period_s),
         ),
@@ -62,12 +64,13 @@ def build_from_config(config: PdserveConfig) -> Application:
     """The bound application for a validated config."""
     raw = config.model_dump(mode="json")
     period = config.router.routing_stats_period_seconds
+    busy_wait = config.router.deadlines.busy_replica_wait_seconds
     logging = _logging(config)
     prefill = serve.deployment(PrefillServer, name="PrefillServer").options(
-        **_pool_options(config.prefill, "prefill", period), logging_config=logging
+        **_pool_options(config.prefill, "prefill", period, busy_wait), logging_config=logging
     )
     decode = serve.deployment(DecodeServer, name="DecodeServer").options(
-        **_pool_options(config.decode, "decode", period), logging_config=logging
+        **_pool_options(config.decode, "decode", period, busy_wait), logging_config=logging
     )
     router = serve.deployment(serve.ingress()(Router), name="Router").options(
         ray_actor_options={"num_cpus": config.router.num_cpus},

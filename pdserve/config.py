@@ -226,6 +226,73 @@ class AuthConfig(StrictModel):
     )
 
 
+class DeadlineConfig(StrictModel):
+    """How long each stage of a request may take before the router gives up on it (and
+    aborts the engines' work). A miss before the first token is a 504; after it, an SSE error
+    event ends the stream."""
+
+    prefill_seconds: float = Field(
+        default=60.0, gt=0, description="A remote prefill call, from dispatch to its result."
+    )
+    first_token_seconds: float = Field(
+        default=120.0, gt=0, description="Arrival at the router to the first generated token."
+    )
+    stream_idle_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "Streaming: the longest gap between two chunks from decode (a frozen or dead "
+            "engine is detected within this). Non-streaming requests get their tokens at "
+            "the end, so only request_seconds bounds them after the first token."
+        ),
+    )
+    request_seconds: float = Field(
+        default=600.0, gt=0, description="Arrival at the router to the last token."
+    )
+    busy_replica_wait_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description=(
+            "How long a request waits for the replica its policy chose while that replica is "
+            "at max_ongoing_requests before it goes to the least-loaded one instead; must stay "
+            "below kv_transfer.abort_request_timeout_seconds, or a decode may arrive after "
+            "its KV lease ran out."
+        ),
+    )
+    sse_keepalive_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="Streaming: send an SSE comment this often so proxies keep the stream open.",
+    )
+
+
+class AdmissionConfig(StrictModel):
+    """Bounded work per tier: a request beyond a bound gets 429 with Retry-After at once,
+    instead of queueing without limit. None turns a bound off. The defaults are generous
+    backstops, not tuned to a machine: tighten them to your measured capacity."""
+
+    max_inflight_requests: int | None = Field(
+        default=512,
+        gt=0,
+        description="Requests one router replica serves at once (accepted, not yet answered).",
+    )
+    max_prefill_backlog_seconds: float | None = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "Estimated prefill seconds (cost model) this router may have queued on one prefill "
+            "replica; a request that would push its chosen replica past this is refused (a "
+            "replica with nothing queued always takes one). Short prompts still get in when "
+            "only the long-prompt lane is full: they go to other replicas or prefill on decode."
+        ),
+    )
+    max_decode_streams: int | None = Field(
+        default=512,
+        gt=0,
+        description="Streams this router may have open on one decode replica.",
+    )
+
+
 class RouterConfig(StrictModel):
     """The OpenAI-compatible HTTP router."""
 
@@ -238,6 +305,12 @@ class RouterConfig(StrictModel):
     )
     auth: AuthConfig = Field(
         default_factory=AuthConfig, description="API keys (Authorization: Bearer <key>)."
+    )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig, description="Bounds per tier (429 beyond them)."
+    )
+    deadlines: DeadlineConfig = Field(
+        default_factory=DeadlineConfig, description="Per-stage timeouts (504 when missed)."
     )
     allow_client_priority: bool = Field(
         default=False,
@@ -322,6 +395,14 @@ class PdserveConfig(StrictModel):
 
     @model_validator(mode="after")
     def _cross_field(self) -> Self:
+        wait = self.router.deadlines.busy_replica_wait_seconds
+        if wait >= self.kv_transfer.abort_request_timeout_seconds:
+            raise ValueError(
+                f"router.deadlines.busy_replica_wait_seconds ({wait}) must be below "
+                "kv_transfer.abort_request_timeout_seconds "
+                f"({self.kv_transfer.abort_request_timeout_seconds}): a decode that waits "
+                "longer finds its KV freed"
+            )
         if self.platform == "cpu" and self.kv_transfer.buffer_device == "cuda":
             raise ValueError("kv_transfer.buffer_device 'cuda' needs platform 'cuda'")
         for role, pool in (("prefill", self.prefill), ("decode", self.decode)):

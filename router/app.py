@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from pdserve.messages import DecodeChunk
+from pdserve.router.admission import AdmissionRejected, check_inflight
 from pdserve.router.auth import ApiKeyMiddleware, ApiKeys
 from pdserve.router.body_limit import BodyLimitMiddleware
 from pdserve.router.errors import (
@@ -67,6 +68,8 @@ def build_app(
     *,
     api_keys: ApiKeys | None = None,
     max_request_bytes: int = 8 << 20,
+    sse_keepalive_s: float = 15.0,
+    max_inflight_requests: int | None = None,
     allow_policy_override: bool = False,
 ) -> FastAPI:
     """The router's FastAPI app. `api_keys` None or empty: the API is open.
@@ -78,7 +81,14 @@ def build_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
     app.add_middleware(ApiKeyMiddleware, keys=api_keys or ApiKeys(frozenset()))
     app.add_middleware(ArrivalStampMiddleware)
-    completions = CompletionHandler(preparer, orchestrator, observer, allow_policy_override)
+    completions = CompletionHandler(
+        preparer,
+        orchestrator,
+        observer,
+        allow_policy_override,
+        sse_keepalive_s,
+        max_inflight_requests,
+    )
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -143,8 +153,13 @@ class CompletionHandler:
         orchestrator: Orchestrator,
         observer: RouterObserver,
         allow_policy_override: bool,
+        sse_keepalive_s: float = 15.0,
+        max_inflight_requests: int | None = None,
     ):
         self._preparer = preparer
+        self._max_inflight = max_inflight_requests
+        self._inflight = 0
+        self._sse_keepalive_s = sse_keepalive_s
         self._orchestrator = orchestrator
         self._observer = observer
         self._allow_policy_override = allow_policy_override
@@ -157,6 +172,26 @@ class CompletionHandler:
         arrival_s = _arrival(request)
         rid = _request_id(request)
         setattr(request.state, REQUEST_ID_STATE, rid)  # for 5xx bodies
+        try:
+            check_inflight(self._inflight, self._max_inflight)
+        except AdmissionRejected as exc:
+            self._observer.not_admitted(exc.reason)
+            self._observer.rejected(endpoint, exc.status)
+            raise
+        self._inflight += 1
+        try:
+            return await self._serve(endpoint, request, prepare, rid, arrival_s)
+        finally:
+            self._inflight -= 1
+
+    async def _serve(
+        self,
+        endpoint: Endpoint,
+        request: Request,
+        prepare: Callable[[str], PreparedRequest],
+        rid: str,
+        arrival_s: float,
+    ) -> Response:
         try:
             if _content_length(request) > INLINE_PREPARE_MAX_BYTES:
                 # Tokenizing a big prompt takes milliseconds to seconds: not on the event
@@ -194,7 +229,9 @@ class CompletionHandler:
         with _ends(obs, request):
             first = await anext(generation.chunks, None)
         events = _events(obs, builder, generation, first, prepared.include_usage)
-        return EventSourceResponse(events, ping=3600, sep="\n", headers=_headers(obs))
+        return EventSourceResponse(
+            events, ping=self._sse_keepalive_s, sep="\n", headers=_headers(obs)
+        )
 
     def _policy_of(self, request: Request) -> PolicyName | None:
         name = request.headers.get(POLICY_HEADER)

@@ -48,7 +48,9 @@ class Router:
         if mode == "auto":
             mode = "events" if uses_events else "approximate"
         self._view = ReplicaView(PrefixIndex(mode=mode))
-        placer = Placer(router.routing, self._view, policy=router.policy)
+        placer = Placer(
+            router.routing, self._view, policy=router.policy, admission=router.admission
+        )
         self._tracer = (
             RequestTracer(router.otlp_traces_endpoint) if router.otlp_traces_endpoint else None
         )
@@ -83,5 +85,7 @@ class Router:
             self._status,
             api_keys=self._api_keys,
             max_request_bytes=self._config.router.max_request_bytes,
+            sse_keepalive_s=self._config.router.deadlines.sse_keepalive_seconds,
+            max_inflight_requests=self._config.router.admission.max_inflight_requests,
             allow_policy_override=self._config.router.allow_policy_override,
         )

@@ -44,7 +44,14 @@ class RayServeDispatcher:
         self._decode_unary = decode_handle
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
-        result: PrefillResult = await self._prefill.prefill.remote(request)
+        response = self._prefill.prefill.remote(request)
+        try:
+            result: PrefillResult = await response
+        except asyncio.CancelledError:
+            # Awaiting a Serve response does not cancel the replica's work when the awaiting
+            # task is cancelled (deadline, client gone): cancel it explicitly.
+            response.cancel()
+            raise
         return result
 
     async def decode(self, request: DecodeRequest) -> AsyncGenerator[DecodeChunk, None]:

@@ -32,13 +32,21 @@ class OpenAIError(Exception):
     """An error answered to the client in OpenAI format."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = headers or {}
+        """Extra response headers (e.g. Retry-After on a 429)."""
 
 
 def error_body(
@@ -79,7 +87,8 @@ def server_error_body(request_id: str | None, failure_point: str | None) -> dict
 
 
 def error_response(exc: OpenAIError) -> JSONResponse:
-    return JSONResponse(error_body(exc.status, exc.message, exc.param, exc.code), exc.status)
+    body = error_body(exc.status, exc.message, exc.param, exc.code)
+    return JSONResponse(body, exc.status, headers=exc.headers)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -14,6 +14,7 @@ MetricType = Literal["counter", "gauge", "histogram"]
 # Bounded label values only: never request ids or prompt text.
 INPUT_BUCKETS = ("0-256", "256-1k", "1k-4k", "4k-16k", "16k+")
 DECISIONS = ("remote_prefill", "local_prefill", "none")
+REJECT_REASONS = ("router_inflight", "prefill_backlog", "decode_streams")
 POOLS = ("prefill", "decode")
 
 
@@ -32,6 +33,12 @@ CATALOG: tuple[MetricSpec, ...] = (
         "counter",
         "Requests answered by the router.",
         ("endpoint", "decision", "status"),
+    ),
+    MetricSpec(
+        "pdserve_requests_rejected",
+        "counter",
+        "Requests refused by admission control (429), by the bound they hit.",
+        ("reason",),
     ),
     MetricSpec("pdserve_kv_transfers", "counter", "Completed prefill-to-decode KV handoffs."),
     MetricSpec("pdserve_prompt_tokens", "counter", "Prompt tokens of served requests."),

@@ -156,8 +156,15 @@ class RequestObservation:
 
     def decode_ended(self) -> None:
         """The decode stream is over, normally or not (a local prefill that never produced a
-        token is no longer outstanding)."""
+        token is no longer outstanding; the decode replica has one stream less)."""
         self.prefill_ended()
+        placer = self._owner.placer
+        if placer is not None:
+            placer.decode_done(self.placement_id)
+
+    def not_admitted(self, reason: str) -> None:
+        """Admission control refused the request (it then ends with 429)."""
+        self._owner.not_admitted(reason)
 
     def failed(self, point: FailurePoint, error: BaseException) -> None:
         """The request failed at `point` (the error then propagates to the HTTP layer)."""
@@ -170,7 +177,7 @@ class RequestObservation:
         if self._ended:
             return
         self._ended = True
-        self.prefill_ended()
+        self.decode_ended()
         self._owner.metrics.requests.labels(self.endpoint, self.decision_label, str(status)).inc()
 
 
@@ -198,8 +205,12 @@ class RouterObserver:
         return RequestObservation(self, endpoint, request_id, placement_id, arrival_s)
 
     def rejected(self, endpoint: Endpoint, status: int) -> None:
-        """A request refused before it was accepted (validation, policy header)."""
+        """A request refused before it was accepted (validation, policy header, admission)."""
         self.metrics.requests.labels(endpoint, "none", str(status)).inc()
+
+    def not_admitted(self, reason: str) -> None:
+        """A request refused by admission control (429), by the bound it hit."""
+        self.metrics.rejected.labels(reason).inc()
 
     def kv_block_bytes(self) -> int:
         """Bytes one KV block holds (blocks read per handoff x this = bytes moved)."""

@@ -18,6 +18,9 @@ MAX_STOP_TOKEN_IDS = 256
 """Most stop_token_ids one request may send."""
 SEED_RANGE = (-(2**63), 2**63 - 1)
 """Seeds the engines accept (a 64-bit signed integer)."""
+INT32_MAX = 2**31 - 1
+"""Bound of integer knobs the engines keep in 32 or 64 bits (top_k, priority): larger values
+would fail inside the engine (a 500) instead of here (a 400)."""
 
 
 class _Body(BaseModel):
@@ -63,7 +66,7 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = Field(default=0, ge=-1)
+    top_k: int = Field(default=0, ge=-1, le=INT32_MAX)
     min_tokens: int = Field(default=0, ge=0)
     seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     presence_penalty: float = Field(default=0.0, ge=-2, le=2)
@@ -78,7 +81,7 @@ class _Sampling(_Body):
     best_of: int | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
-    priority: int = 0
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
 
     def stop_list(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -7,24 +7,32 @@ the request's `RequestObservation`. It never formats HTTP.
 
 The points where a request can fail, in path order (named so fault handling can hook in):
 - `placement`: no replica to place on → `OpenAIError(503)`, nothing was sent;
-- `prefill`: the remote prefill call failed → the error propagates from `run()`, no decode
-  request was sent, the prefill is no longer counted as outstanding;
-- `decode_before_first_token`: the decode stream failed before its first chunk → raised by
-  the first `anext()` of `Generation.chunks` (the HTTP layer can still answer an HTTP error);
-- `decode_after_first_token`: failed mid-stream → raised by a later `anext()`.
-Closing `Generation.chunks` early (client gone) closes the decode stream, which aborts the
-request on the decode engine.
+- `prefill`: the remote prefill call failed, or missed its deadline (`OpenAIError(504)`,
+  the call is cancelled) → the error propagates from `run()`, no decode request was sent,
+  the prefill is no longer counted as outstanding;
+- `decode_before_first_token`: the decode stream failed or missed the first-token deadline
+  (504) before its first chunk → raised by the first `anext()` of `Generation.chunks` (the
+  HTTP layer can still answer an HTTP error);
+- `decode_after_first_token`: failed, or went idle past `stream_idle_seconds` / ran past
+  `request_seconds` (504) mid-stream → raised by a later `anext()`.
+A missed deadline cancels the pool call, which aborts the engine request (router/deadlines.py
+computes each budget). Closing `Generation.chunks` early (client gone) closes the decode
+stream, which aborts the request on the decode engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
 from pdserve.config import RouterConfig
 from pdserve.kv_transfer.params import KVHandoff
 from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, PrefillResult
+from pdserve.router.admission import AdmissionRejected
+from pdserve.router.deadlines import Budget, RequestDeadlines
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
 from pdserve.router.observe import RequestObservation
@@ -77,10 +85,20 @@ def decode_request(
 class Orchestrator:
     """Runs prepared requests over a `Dispatcher`, placed by a `Placer` when there is one."""
 
-    def __init__(self, router: RouterConfig, dispatcher: Dispatcher, placer: Placer | None):
+    def __init__(
+        self,
+        router: RouterConfig,
+        dispatcher: Dispatcher,
+        placer: Placer | None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        """`clock` is the router's monotonic clock (the one request arrivals are stamped
+        with); deadlines count from arrival on it."""
         self._dispatcher = dispatcher
         self._placer = placer
         self._stream_batch_interval_s = router.stream_batch_interval_ms / 1000.0
+        self._deadlines = router.deadlines
+        self._clock = clock
 
     async def run(
         self, prepared: PreparedRequest, obs: RequestObservation, policy: PolicyName | None
@@ -88,24 +106,29 @@ class Orchestrator:
         """Place the request, prefill it (remotely, or locally on decode) and return the
         decode stream. `policy` overrides the configured routing policy for this request.
         Raises at `placement` or `prefill` (see the module docstring)."""
+        deadlines = RequestDeadlines(self._deadlines, obs.timeline.arrival_s, self._clock)
         decision = self._place(prepared, policy, obs)
         obs.placed(decision)
         interval = self._stream_batch_interval_s
         num_prompt = len(prepared.prompt_token_ids)
         if decision is not None and decision.prefill_is_local:
             obs.dispatched(num_prompt, local_prefill=True)
-            chunks = self._decode(decode_request(prepared, decision, None, interval), obs)
+            request = decode_request(prepared, decision, None, interval)
+            chunks = self._decode(request, obs, deadlines, prepared.stream)
             return Generation(num_prompt, None, chunks)
         obs.dispatched(num_prompt, local_prefill=False)
-        result = await self._prefill(prefill_request(prepared, decision), obs)
+        budget = deadlines.prefill()
+        result = await self._prefill(prefill_request(prepared, decision), obs, budget)
         obs.prefill_returned(result)
-        chunks = self._decode(decode_request(prepared, decision, result.handoff, interval), obs)
+        request = decode_request(prepared, decision, result.handoff, interval)
+        chunks = self._decode(request, obs, deadlines, prepared.stream)
         return Generation(result.num_prompt_tokens, result.num_cached_tokens, chunks)
 
     def _place(
         self, prepared: PreparedRequest, policy: PolicyName | None, obs: RequestObservation
     ) -> Decision | None:
-        """Failure point `placement`."""
+        """Failure point `placement`; raises AdmissionRejected (429) when the chosen
+        replicas are past their admission bounds."""
         if self._placer is None:
             return None
         try:
@@ -116,11 +139,20 @@ class Orchestrator:
         except NoReplicaError as exc:
             obs.failed("placement", exc)
             raise OpenAIError(503, str(exc), code="no_replica") from exc
+        except AdmissionRejected as exc:
+            obs.not_admitted(exc.reason)
+            raise
 
-    async def _prefill(self, request: PrefillRequest, obs: RequestObservation) -> PrefillResult:
+    async def _prefill(
+        self, request: PrefillRequest, obs: RequestObservation, budget: Budget
+    ) -> PrefillResult:
         """Failure point `prefill`: the prefill is no longer outstanding either way."""
         try:
-            return await self._dispatcher.prefill(request)
+            async with asyncio.timeout(budget.seconds):
+                return await self._dispatcher.prefill(request)
+        except TimeoutError as exc:
+            obs.failed("prefill", exc)
+            raise OpenAIError(504, budget.message(), code=budget.code) from exc
         except Exception as exc:
             obs.failed("prefill", exc)
             raise
@@ -128,14 +160,27 @@ class Orchestrator:
             obs.prefill_ended()
 
     async def _decode(
-        self, request: DecodeRequest, obs: RequestObservation
+        self,
+        request: DecodeRequest,
+        obs: RequestObservation,
+        deadlines: RequestDeadlines,
+        streaming: bool,
     ) -> AsyncGenerator[DecodeChunk, None]:
-        """The decode stream, reported to `obs` chunk by chunk."""
+        """The decode stream, reported to `obs` chunk by chunk, each chunk within its
+        deadline (first token, then idle gap / whole request)."""
         obs.decode_sent()
         source = self._dispatcher.decode(request)
         first = True
         try:
-            async for chunk in source:
+            while True:
+                budget = deadlines.first_token() if first else deadlines.next_chunk(streaming)
+                try:
+                    async with asyncio.timeout(_finite(budget.seconds)):
+                        chunk = await anext(source)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    raise OpenAIError(504, budget.message(), code=budget.code) from exc
                 if first:
                     first = False
                     obs.first_token(chunk)
@@ -148,6 +193,10 @@ class Orchestrator:
         finally:
             obs.decode_ended()
             await _close(source)
+
+
+def _finite(seconds: float) -> float | None:
+    return None if math.isinf(seconds) else seconds
 
 
 async def _close(stream: AsyncIterator[DecodeChunk]) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from pdserve.config import AdmissionConfig
+from pdserve.router.admission import check_decode_streams, check_prefill_backlog
 from pdserve.router.block_hashes import block_hashes
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.pipeline import RoutingPolicy
@@ -29,7 +31,9 @@ class Placer:
         clock: Callable[[], float] = time.monotonic,
         *,
         policy: PolicyName,
+        admission: AdmissionConfig | None = None,
     ):
+        """`admission` None: no prefill-backlog or decode-stream bounds."""
         self._policy_config = policy_config
         self._policy = RoutingPolicy(policy_config, policy=policy)
         self._view = view
@@ -37,6 +41,11 @@ class Placer:
         self._clock = clock
         self._queued: dict[str, tuple[str, int]] = {}  # request id -> (pool, prompt tokens)
         self._queued_tokens = {"prefill": 0, "decode": 0}
+        self._admission = admission or AdmissionConfig(
+            max_inflight_requests=None, max_prefill_backlog_seconds=None, max_decode_streams=None
+        )
+        self._streams: dict[str, int] = {}  # decode replica id -> open streams
+        self._stream_of: dict[str, str] = {}  # request id -> its decode replica
 
     @property
     def view(self) -> ReplicaView:
@@ -78,7 +87,11 @@ class Placer:
             now,
             policy=policy,
         )
+        self._admit(decision)
         prefilling = decision.prefill_replica_id or decision.decode_replica_id
+        d = decision.decode_replica_id
+        self._streams[d] = self._streams.get(d, 0) + 1
+        self._stream_of[request_id] = d
         self._work.start(
             prefilling, request_id, decision.est_prefill_s, decision.engine_priority, now
         )
@@ -91,6 +104,32 @@ class Placer:
             self._view.index.on_routed(decision.prefill_replica_id, summary.block_hashes)
         self._view.index.on_routed(decision.decode_replica_id, summary.block_hashes)
         return decision
+
+    def _admit(self, decision: Decision) -> None:
+        """Raise AdmissionRejected (429) when a chosen replica is past its bound."""
+        limits = self._admission
+        d = decision.decode_replica_id
+        check_decode_streams(d, self._streams.get(d, 0), limits.max_decode_streams)
+        p = decision.prefill_replica_id
+        if p is not None:
+            backlog = self._work.outstanding_s(p)
+            check_prefill_backlog(
+                p, backlog, decision.est_prefill_s, limits.max_prefill_backlog_seconds
+            )
+
+    def decode_done(self, request_id: str) -> None:
+        """Call when the request's decode stream ended (or it never got to decode). Idempotent."""
+        d = self._stream_of.pop(request_id, None)
+        if d is not None:
+            left = self._streams.get(d, 1) - 1
+            if left > 0:
+                self._streams[d] = left
+            else:
+                self._streams.pop(d, None)
+
+    def open_streams(self, decode_replica_id: str) -> int:
+        """Decode streams this router has open on that replica."""
+        return self._streams.get(decode_replica_id, 0)
 
     def prefill_done(self, decision: Decision | None, request_id: str) -> None:
         """Call once when the request's prefill finished or failed (remote: the prefill call

@@ -3,8 +3,10 @@
 Ray Serve builds one `PdserveRequestRouter` per deployment handle in the Router replica's
 process. It does two things:
 - places each request on the replica the router's policy chose (`target_replica_id` on the
-  PrefillRequest/DecodeRequest), waiting while that replica is at capacity, and falling back
-  to the least-loaded replica only when the target is gone;
+  PrefillRequest/DecodeRequest), waiting while that replica is at capacity for at most
+  `busy_replica_wait_s` (`router.deadlines.busy_replica_wait_seconds`, kept below the KV
+  lease), and falling back to the least-loaded replica when the wait runs out or the target
+  is gone;
 - attaches itself to the Router instance (through Ray Serve's replica context), so the
   router's policy sees every replica of the pool with its routing stats (reported by the
   replicas' `record_routing_stats`, polled by Ray Serve every request_routing_stats_period_s).
@@ -13,6 +15,7 @@ process. It does two things:
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, cast, get_args
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
@@ -30,12 +33,15 @@ def _load(replica: RunningReplica) -> float:
 class PdserveRequestRouter(RequestRouter):  # type: ignore[misc]  # Ray is Any to mypy
     """Places requests on the replica named in the request; see module docstring."""
 
-    def initialize_state(self, pool: str = "", **kwargs: Any) -> None:
+    def initialize_state(
+        self, pool: str = "", busy_replica_wait_s: float = 5.0, **kwargs: Any
+    ) -> None:
         if pool not in get_args(PoolName):
             raise ValueError(
                 f"request_router_kwargs.pool must be 'prefill' or 'decode', got {pool!r}"
             )
         self.pool = cast(PoolName, pool)
+        self._busy_wait_s = busy_replica_wait_s
         self._attached = False
         self._try_attach()
 
@@ -82,6 +88,16 @@ class PdserveRequestRouter(RequestRouter):  # type: ignore[misc]  # Ray is Any t
                 if replica.replica_id.unique_id == target:
                     return [[replica]]
             if any(rid.unique_id == target for rid in self.curr_replicas):
-                return []  # the chosen replica is busy: wait for it (Ray Serve backs off)
-            log.warning("%s replica %s is gone; placing by load instead", self.pool, target)
+                created_s = pending_request.created_at if pending_request else time.time()
+                waited_s = time.time() - created_s
+                if waited_s < self._busy_wait_s:
+                    return []  # the chosen replica is busy: wait for it (Ray Serve backs off)
+                log.warning(
+                    "%s replica %s busy for %.1f s; placing by load instead",
+                    self.pool,
+                    target,
+                    waited_s,
+                )
+            else:
+                log.warning("%s replica %s is gone; placing by load instead", self.pool, target)
         return [sorted(candidate_replicas, key=lambda r: (_load(r), r.replica_id.unique_id))]

@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdserve.config import AdmissionConfig
 from pdserve.kv_transfer.params import KVHandoff
 from pdserve.messages import (
     DecodeChunk,
@@ -77,16 +78,27 @@ class FakeDispatcher:
     chunks: list[DecodeChunk] = field(default_factory=lambda: chunks_of([" a", " b", " c"]))
     num_cached_prefill: int = 3
     prefill_error: Exception | None = None
+    prefill_hangs: bool = False
     decode_fail_at: int | None = None
+    decode_hang_at: int | None = None
+    """Index of the chunk before which decode goes silent (a frozen engine)."""
+    chunk_delay_s: float = 0.0
     prefills: list[PrefillRequest] = field(default_factory=list)
     decodes: list[DecodeRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
-    """Decode request ids whose stream was closed before its end (the engine would abort)."""
+    """Request ids whose call was cancelled or whose stream was closed before its end (the
+    engine would abort them)."""
     completed: list[str] = field(default_factory=list)
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
         self.prefills.append(request)
         await asyncio.sleep(0)
+        if self.prefill_hangs:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.aborted.append(request.request_id)
+                raise
         if self.prefill_error is not None:
             raise self.prefill_error
         blocks = len(request.prompt_token_ids) // BLOCK_TOKENS
@@ -103,7 +115,9 @@ class FakeDispatcher:
         finished = False
         try:
             for i, chunk in enumerate(self.chunks):
-                await asyncio.sleep(0)
+                await asyncio.sleep(self.chunk_delay_s)
+                if self.decode_hang_at == i:
+                    await asyncio.sleep(3600)
                 if self.decode_fail_at == i:
                     raise RuntimeError(f"decode engine failed at chunk {i}")
                 yield chunk
@@ -140,6 +154,7 @@ def placer(
     local_prefill_max_cold_tokens: int = 0,
     decode_healthy: bool = True,
     clock: StepClock | None = None,
+    admission: AdmissionConfig | None = None,
 ) -> Placer:
     """A real Placer (policy 'pdserve') over one prefill replica 'p0' and one decode 'd0'."""
     view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
@@ -148,7 +163,7 @@ def placer(
     config = PolicyConfig(
         block_size_tokens=BLOCK_TOKENS, local_prefill_max_cold_tokens=local_prefill_max_cold_tokens
     )
-    return Placer(config, view, clock or StepClock(1000.0), policy="pdserve")
+    return Placer(config, view, clock or StepClock(1000.0), policy="pdserve", admission=admission)
 
 
 class WordTokenizer:

@@ -173,6 +173,8 @@ async def test_a_body_over_the_limit_is_a_413_declared_or_chunked() -> None:
         ('{"model": "pdserve-demo", "prompt": "a", "repetition_penalty": Infinity}',
          "repetition_penalty"),
         ('{"model": "pdserve-demo", "prompt": "a", "temperature": NaN}', "temperature"),
+        ('{"model": "pdserve-demo", "prompt": "a", "top_k": ' + str(2**64) + "}", "top_k"),
+        ('{"model": "pdserve-demo", "prompt": "a", "priority": ' + str(2**70) + "}", "priority"),
         ('{"model": "pdserve-demo", "prompt": "a", "stop_token_ids": [5, 100000]}',
          "stop_token_ids"),
     ],

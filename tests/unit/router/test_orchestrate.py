@@ -52,7 +52,7 @@ class Rig:
             self.metrics, the_placer, kv_bytes_per_token=100, clock=StepClock()
         )
         self.orchestrator = Orchestrator(
-            RouterConfig(stream_batch_interval_ms=50), dispatcher, the_placer
+            RouterConfig(stream_batch_interval_ms=50), dispatcher, the_placer, clock=StepClock()
         )
 
     def start(self, rid: str = "req-1") -> RequestObservation:

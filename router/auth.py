@@ -10,13 +10,12 @@ metrics or error bodies.
 from __future__ import annotations
 
 import hmac
-import json
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 from pdserve.config import AuthConfig
-from pdserve.router.errors import error_body
+from pdserve.router.errors import send_error
 
 CLIENT_KEY_ENV = "PDSERVE_API_KEY"
 """Where pdserve's own clients (`pdserve bench`, `profile`, `top`) find the key to send."""
@@ -104,18 +103,7 @@ class ApiKeyMiddleware:
                     else "Invalid API key, or a malformed Authorization header "
                     "(expected 'Bearer <key>')."
                 )
-                body = json.dumps(error_body(401, message, None, "invalid_api_key")).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                extra = ((b"www-authenticate", b"Bearer"),)
+                await send_error(send, 401, message, "invalid_api_key", extra)
                 return
         await self._app(scope, receive, send)

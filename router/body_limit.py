@@ -9,10 +9,9 @@ the limit and replayed to the app; one byte more and it is refused.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from pdserve.router.errors import error_body
+from pdserve.router.errors import send_error
 
 DRAIN_FACTOR = 4
 """Oversized bodies up to this many times the limit are drained before the 413."""
@@ -68,27 +67,14 @@ class BodyLimitMiddleware:
 
     async def _refuse(self, send: Any, size: int | None) -> None:
         what = f"{size} bytes" if size is not None else "more than that"
-        body = json.dumps(
-            error_body(
-                413,
-                f"The request body is too large: at most {self._max} bytes are accepted, this "
-                f"one has {what} (router.max_request_bytes).",
-                None,
-                "request_too_large",
-            )
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
+        await send_error(
+            send,
+            413,
+            f"The request body is too large: at most {self._max} bytes are accepted, this "
+            f"one has {what} (router.max_request_bytes).",
+            "request_too_large",
+            ((b"connection", b"close"),),
         )
-        await send({"type": "http.response.body", "body": body})
 
 
 async def _drain(receive: Any) -> None:

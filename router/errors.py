@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -84,6 +85,24 @@ def server_error_body(request_id: str | None, failure_point: str | None) -> dict
     code, what = _SERVER_FAILURES.get(failure_point or "", ("internal_error", "internal error"))
     rid = f" (request {request_id})" if request_id else ""
     return error_body(500, f"{what}{rid}; the router log has the details", None, code)
+
+
+async def send_error(
+    send: Any,
+    status: int,
+    message: str,
+    code: str,
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """Answer with an OpenAI error body straight from ASGI middleware (before the app runs)."""
+    body = json.dumps(error_body(status, message, None, code)).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *extra_headers,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def error_response(exc: OpenAIError) -> JSONResponse:

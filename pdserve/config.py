@@ -274,7 +274,7 @@ class AdmissionConfig(StrictModel):
     max_inflight_requests: int | None = Field(
         default=512,
         gt=0,
-        description="Requests one router replica serves at once (accepted, not yet answered).",
+        description="Requests one router replica serves at once (a stream counts until it ends).",
     )
     max_prefill_backlog_seconds: float | None = Field(
         default=30.0,

@@ -14,7 +14,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, get_args
 
@@ -179,10 +179,18 @@ class CompletionHandler:
             self._observer.rejected(endpoint, exc.status)
             raise
         self._inflight += 1
+        response: Response | None = None
         try:
-            return await self._serve(endpoint, request, prepare, rid, arrival_s)
+            response = await self._serve(endpoint, request, prepare, rid, arrival_s)
+            return response
         finally:
-            self._inflight -= 1
+            # A stream holds its slot until it ends (the response releases it); anything
+            # else is answered by now.
+            if not isinstance(response, _StreamResponse):
+                self._release()
+
+    def _release(self) -> None:
+        self._inflight -= 1
 
     async def _serve(
         self,
@@ -229,8 +237,20 @@ class CompletionHandler:
         with _ends(obs, request):
             first = await anext(generation.chunks, None)
         events = _events(obs, builder, generation, first, prepared.include_usage)
-        return EventSourceResponse(
-            events, ping=self._sse_keepalive_s, sep="\n", headers=_headers(obs)
+
+        async def stream_over() -> None:
+            # Also when the events generator never ran (client gone at once): close the
+            # decode stream (aborts the engine request), end the observation, free the slot.
+            await generation.chunks.aclose()
+            obs.ended(499)
+            self._release()
+
+        return _StreamResponse(
+            events,
+            ping=self._sse_keepalive_s,
+            sep="\n",
+            headers=_headers(obs),
+            on_end=stream_over,
         )
 
     def _policy_of(self, request: Request) -> PolicyName | None:
@@ -251,6 +271,21 @@ class CompletionHandler:
                 param=POLICY_HEADER,
             )
         return name  # type: ignore[return-value]
+
+
+class _StreamResponse(EventSourceResponse):
+    """An SSE response that runs `on_end` once it is over, however it ended (done, failed,
+    cancelled, or never iterated)."""
+
+    def __init__(self, *args: Any, on_end: Callable[[], Awaitable[None]], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._on_end = on_end
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_end()
 
 
 @contextlib.contextmanager

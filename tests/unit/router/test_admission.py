@@ -139,3 +139,17 @@ async def test_router_inflight_bound() -> None:
         "pdserve_requests_total", {"endpoint": "completion", "decision": "none", "status": "429"}
     )
     assert total == 1
+
+
+async def test_a_stream_holds_its_inflight_slot_until_it_ends() -> None:
+    d = FakeDispatcher(chunk_delay_s=0.15)
+    c, metrics = client(d, AdmissionConfig(max_inflight_requests=1))
+    async with c:
+        stream = {**body(SHORT), "stream": True}
+        first = asyncio.create_task(c.post("/v1/completions", json=stream))
+        await asyncio.sleep(0.25)  # headers sent at the first token; two chunks still to come
+        busy = await c.post("/v1/completions", json=body(SHORT))
+        assert busy.status_code == 429
+        assert (await first).text.rstrip().endswith("data: [DONE]")
+        assert (await c.post("/v1/completions", json=body(SHORT))).status_code == 200
+    assert rejected(metrics, "router_inflight") == 1

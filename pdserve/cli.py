@@ -7,7 +7,8 @@ from __future__ import annotations
 import pathlib
 import signal
 import time
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
@@ -20,6 +21,9 @@ from pdserve.config import ConfigError, PdserveConfig, load_config
 from pdserve.kv_transfer.fabric_check.cli import kv_check
 from pdserve.profiling.cli import profile
 from pdserve.top.cli import top
+
+if TYPE_CHECKING:
+    from pdserve.local_cluster import DeploymentProgress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 DEFAULT_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "deploy" / "local.yaml"
@@ -43,12 +47,38 @@ def _load(path: pathlib.Path | None, console: Console) -> PdserveConfig:
         raise typer.Exit(2) from exc
 
 
+class _ProgressLines:
+    """Start-up progress as plain lines: one per deployment whose state changed."""
+
+    def __init__(self, emit: Callable[[str], None], t0_s: float) -> None:
+        self._emit = emit
+        self._t0_s = t0_s
+        self._last: dict[str, tuple[str, int, int, str]] = {}
+
+    def __call__(self, rows: list[DeploymentProgress]) -> None:
+        for r in rows:
+            state = (r.status, r.num_running, r.num_target, r.message)
+            if self._last.get(r.name) != state:
+                self._last[r.name] = state
+                elapsed_s = time.monotonic() - self._t0_s
+                self._emit(
+                    f"[{elapsed_s:5.0f} s] {r.name}: {r.status} "
+                    f"{r.num_running}/{r.num_target} {r.message[:160]}".rstrip()
+                )
+
+
 @app.command()
 def up(
     config: ConfigOpt = None,
     detach: Annotated[
         bool, typer.Option(help="Return once ready; stop with `pdserve down`.")
     ] = False,
+    timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--timeout-s", min=1.0, help="Give up (and stop what started) after this many seconds."
+        ),
+    ] = 900.0,
 ) -> None:
     """Start Ray locally and deploy the prefill/decode cluster; print the URL when ready."""
     from pdserve import local_cluster as lc
@@ -77,8 +107,13 @@ def up(
         return table
 
     try:
-        with Live(render([]), console=console, refresh_per_second=2, transient=False) as live:
-            lc.deploy(cfg, lambda rows: live.update(render(rows)))
+        if console.is_terminal:
+            with Live(render([]), console=console, refresh_per_second=2, transient=False) as live:
+                lc.deploy(cfg, lambda rows: live.update(render(rows)), timeout_s)
+        else:  # a log, not a screen: one line per change, so a stuck start shows where
+            lc.deploy(cfg, _ProgressLines(console.print, t0), timeout_s)
+        with console.status("waiting for the router to see both pools (GET /ready)"):
+            lc.wait_router_ready(url, max(10.0, timeout_s - (time.monotonic() - t0)))
     except (lc.ClusterError, KeyboardInterrupt) as exc:
         console.print(f"[red]start-up failed:[/red] {exc}")
         lc.down(console.print)

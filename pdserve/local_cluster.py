@@ -154,16 +154,49 @@ def deploy(
     worker.start()
     deadline = time.monotonic() + timeout_seconds
     while worker.is_alive():
-        on_progress(_progress(config.app_name))
+        rows = _progress(config.app_name)
+        on_progress(rows)
         if time.monotonic() > deadline:
             raise ClusterError(
-                f"deployments were not ready after {timeout_seconds:.0f} s; "
-                "see `ray logs` / /tmp/ray/session_latest/logs"
+                f"deployments were not ready after {timeout_seconds:.0f} s "
+                f"({describe_progress(rows)}); see the replica logs in "
+                "/tmp/ray/session_latest/logs/serve"
             )
         worker.join(timeout=1.0)
     on_progress(_progress(config.app_name))
     if failure:
         raise ClusterError(f"deploying {config.app_name} failed: {failure[0]}")
+
+
+def wait_router_ready(url: str, timeout_seconds: float) -> None:
+    """Poll the router's GET /ready until it answers 200 (every pool has a replica and the
+    router can place requests); ClusterError with its last answer after `timeout_seconds`."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_seconds
+    last = "no answer"
+    while True:
+        try:
+            resp = httpx.get(f"{url}/ready", timeout=5.0)
+            if resp.status_code == 200:
+                return
+            last = f"HTTP {resp.status_code}: {resp.text[:300]}"
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() > deadline:
+            raise ClusterError(f"the router was not ready after {timeout_seconds:.0f} s ({last})")
+        time.sleep(0.5)
+
+
+def describe_progress(rows: Sequence[DeploymentProgress]) -> str:
+    """One line naming each deployment's state, e.g. `Decode: UPDATING 0/1 (...)`."""
+    if not rows:
+        return "no deployment reported yet"
+    return "; ".join(
+        f"{r.name}: {r.status} {r.num_running}/{r.num_target}"
+        + (f" ({r.message[:200]})" if r.message else "")
+        for r in rows
+    )
 
 
 def _progress(app_name: str) -> list[DeploymentProgress]:

@@ -96,9 +96,8 @@ def build_app(
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        pools = await status.pools_ready()
-        ok = all(pools.values())
-        return JSONResponse({"ready": ok, "pools": pools}, status_code=200 if ok else 503)
+        ok, body = await status.readiness()
+        return JSONResponse({"ready": ok, **body}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, cast, get_args
+from collections.abc import Collection, Sequence
+from typing import Any, Protocol, TypeVar, cast, get_args
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
@@ -25,7 +26,25 @@ from pdserve.router.policy.types import PoolName
 log = logging.getLogger("pdserve.router")
 
 
-def _load(replica: RunningReplica) -> float:
+class _ReplicaId(Protocol):
+    @property
+    def unique_id(self) -> str: ...
+
+
+class _Replica(Protocol):
+    """What placement reads of a Ray Serve RunningReplica."""
+
+    @property
+    def replica_id(self) -> _ReplicaId: ...
+
+    @property
+    def routing_stats(self) -> dict[str, Any] | None: ...
+
+
+R = TypeVar("R", bound=_Replica)
+
+
+def _load(replica: _Replica) -> float:
     stats = replica.routing_stats or {}
     return float(stats.get("num_running_requests", 0)) + float(stats.get("num_waiting_requests", 0))
 
@@ -81,23 +100,44 @@ class PdserveRequestRouter(RequestRouter):  # type: ignore[misc]  # Ray is Any t
     ) -> list[list[RunningReplica]]:
         self._try_attach()
         target = None
-        if pending_request is not None and pending_request.args:
-            target = getattr(pending_request.args[0], "target_replica_id", None)
-        if target is not None:
-            for replica in candidate_replicas:
-                if replica.replica_id.unique_id == target:
-                    return [[replica]]
-            if any(rid.unique_id == target for rid in self.curr_replicas):
-                created_s = pending_request.created_at if pending_request else time.time()
-                waited_s = time.time() - created_s
-                if waited_s < self._busy_wait_s:
-                    return []  # the chosen replica is busy: wait for it (Ray Serve backs off)
-                log.warning(
-                    "%s replica %s busy for %.1f s; placing by load instead",
-                    self.pool,
-                    target,
-                    waited_s,
-                )
-            else:
-                log.warning("%s replica %s is gone; placing by load instead", self.pool, target)
-        return [sorted(candidate_replicas, key=lambda r: (_load(r), r.replica_id.unique_id))]
+        waited_s = 0.0
+        if pending_request is not None:
+            if pending_request.args:
+                target = getattr(pending_request.args[0], "target_replica_id", None)
+            waited_s = time.time() - pending_request.created_at
+        known = {rid.unique_id for rid in self.curr_replicas}
+        ranked, why = rank_replicas(target, candidate_replicas, known, waited_s, self._busy_wait_s)
+        if why is not None:
+            log.warning("%s replica %s %s; placing by load instead", self.pool, target, why)
+        return [ranked] if ranked else []
+
+
+def rank_replicas(
+    target: str | None,
+    candidates: Sequence[R],
+    known_ids: Collection[str],
+    waited_s: float,
+    busy_wait_s: float,
+) -> tuple[list[R], str | None]:
+    """Which replicas may take a request, best first, and why the target was passed over.
+
+    `candidates` are the replicas Ray Serve can send to now (not at capacity); `known_ids`
+    every running replica of the deployment. The target alone when it is a candidate; an
+    empty list (wait; Ray Serve backs off and asks again) while a known but busy target has
+    been waited for less than `busy_wait_s`; otherwise every candidate, least loaded first,
+    with the reason ("busy for 5.2 s" / "is gone") — or no reason when there was no target.
+    """
+    if target is None:
+        return _by_load(candidates), None
+    for replica in candidates:
+        if replica.replica_id.unique_id == target:
+            return [replica], None
+    if target in known_ids:
+        if waited_s < busy_wait_s:
+            return [], None
+        return _by_load(candidates), f"busy for {waited_s:.1f} s"
+    return _by_load(candidates), "is gone"
+
+
+def _by_load(candidates: Sequence[R]) -> list[R]:
+    return sorted(candidates, key=lambda r: (_load(r), r.replica_id.unique_id))

@@ -24,15 +24,27 @@ class ClusterStatus:
         self._dispatcher = dispatcher
         self._ping_timeout_s = ping_timeout_s
 
-    async def pools_ready(self) -> dict[str, bool]:
-        """Whether each pool has a running replica: from Ray Serve's own replica list once
-        both pools' request routers are attached, else by pinging each pool."""
-        if self._placer is not None:
-            view = self._placer.view
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, body) for GET /ready: every pool has a running replica and, with a placer,
+        the router can place requests (both pools' request routers attached; until then
+        requests are placed by load alone).
+
+        Once both request routers are attached a pool counts when one of Ray Serve's replicas
+        reports routing stats (a replica that stopped reporting is not routed to);
+        before that each pool is pinged through the dispatcher, which also makes Ray Serve
+        create (attach) the request routers in this process."""
+        if self._placer is None:
+            pools = await self._dispatcher.pools_ready(timeout_seconds=self._ping_timeout_s)
+            return all(pools.values()), {"pools": pools}
+        view = self._placer.view
+        view.refresh()
+        if not view.attached:
+            pools = await self._dispatcher.pools_ready(timeout_seconds=self._ping_timeout_s)
             view.refresh()
-            if view.attached:
-                return {pool: bool(view.snapshots(pool)) for pool in _POOLS}
-        return await self._dispatcher.pools_ready(timeout_seconds=self._ping_timeout_s)
+        if view.attached:
+            pools = {pool: any(s.healthy for s in view.snapshots(pool)) for pool in _POOLS}
+        placement = view.ready
+        return all(pools.values()) and placement, {"pools": pools, "placement": placement}
 
     def replicas(self) -> dict[str, Any]:
         """The router's view of the replicas (for operators and `pdserve top`)."""

@@ -10,11 +10,15 @@ from pdserve.router.policy.types import PoolName
 
 
 def engine_args(
-    config: PdserveConfig, role: PoolName, model_path: str, kv_events_port: int | None = None
+    config: PdserveConfig,
+    role: PoolName,
+    model_path: str,
+    kv_events_endpoint: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.AsyncEngineArgs` for a prefill or decode engine.
 
-    `kv_events_port`: where the engine publishes KV cache events (None = no events).
+    `kv_events_endpoint`: where the engine publishes KV cache events, `tcp://HOST:PORT`, bound
+    by the publisher (None = no events).
     """
     pool = config.prefill if role == "prefill" else config.decode
     eng = pool.engine
@@ -38,11 +42,11 @@ def engine_args(
     }
     if eng.prefill_chunk_tokens is not None:
         args["long_prefill_token_threshold"] = eng.prefill_chunk_tokens
-    if kv_events_port is not None:
+    if kv_events_endpoint is not None:
         args["kv_events_config"] = {
             "enable_kv_cache_events": True,
             "publisher": "zmq",
-            "endpoint": f"tcp://*:{kv_events_port}",
+            "endpoint": kv_events_endpoint,
         }
     if eng.block_size_tokens is not None:
         args["block_size"] = eng.block_size_tokens

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 from pdserve.config import PdserveConfig
@@ -32,9 +33,9 @@ class EngineRequestError(RuntimeError):
 
 def _prepare_process(
     config: PdserveConfig, role: PoolName, replica_id: str
-) -> tuple[int, int | None]:
+) -> tuple[int, str | None]:
     """Set this replica's engine environment; return its NIXL side-channel port and its
-    KV-event port (None when events are off).
+    KV-event endpoint, `tcp://HOST:PORT` (None when events are off).
 
     Must run before the engine starts: the engine process inherits env and niceness.
     """
@@ -49,10 +50,22 @@ def _prepare_process(
     # Tells `pdserve down` which cluster these engine processes belong to.
     os.environ["PDSERVE_GCS_ADDRESS"] = _gcs_address()
     pool = config.prefill if role == "prefill" else config.decode
-    events_port = None
-    if pool.engine.kv_events:
-        events_port = pick_free_port(config.kv_transfer.kv_events_base_port + offset, "0.0.0.0")
-    return port, events_port
+    if not pool.engine.kv_events:
+        return port, None
+    host = kv_events_host(config.platform, os.environ, _node_ip())
+    events_port = pick_free_port(config.kv_transfer.kv_events_base_port + offset, host)
+    # The vLLM plugin (pdserve.kv_transfer.vllm_plugin) makes the publisher bind this address.
+    os.environ["PDSERVE_KV_EVENTS_BIND"] = "1"
+    return port, f"tcp://{host}:{events_port}"
+
+
+def kv_events_host(platform: str, environ: Mapping[str, str], node_ip: str) -> str:
+    """The one address an engine publishes KV events on (bound, and advertised to routers):
+    loopback for the local CPU cluster, else the pod's IP (PDSERVE_POD_IP, set by the Helm
+    chart) or Ray's node IP."""
+    if platform == "cpu":
+        return "127.0.0.1"
+    return environ.get("PDSERVE_POD_IP") or node_ip
 
 
 def _gcs_address() -> str:
@@ -99,8 +112,7 @@ class EngineServer:
         self._model_path = model_path
         self._counters = EngineCounters()
         self._engine: Any = None
-        self.side_channel_port, self.kv_events_port = _prepare_process(config, role, replica_id)
-        self._node_ip = _node_ip()
+        self.side_channel_port, self.kv_events_endpoint = _prepare_process(config, role, replica_id)
 
     async def start(self) -> None:
         """Start the engine and wait until it can serve."""
@@ -108,7 +120,7 @@ class EngineServer:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(
-            **engine_args(self._config, self.role, self._model_path, self.kv_events_port)
+            **engine_args(self._config, self.role, self._model_path, self.kv_events_endpoint)
         )
         log.info("starting %s engine (NIXL side channel :%d)", self.role, self.side_channel_port)
         loggers: list[Any] = [stat_logger_factory(self._counters)]
@@ -144,15 +156,8 @@ class EngineServer:
             "kv_cache_usage": s.kv_cache_usage,
             "block_size_tokens": cache.block_size if cache is not None else 0,
             "num_kv_blocks": (cache.num_gpu_blocks or 0) if cache is not None else 0,
-            "kv_events_endpoint": (
-                f"tcp://{self._advertised_host()}:{self.kv_events_port}"
-                if self.kv_events_port is not None
-                else None
-            ),
+            "kv_events_endpoint": self.kv_events_endpoint,
         }
-
-    def _advertised_host(self) -> str:
-        return "127.0.0.1" if self._config.platform == "cpu" else self._node_ip
 
     def shutdown(self) -> None:
         """Stop the engine process now (idempotent; safe from `__del__`)."""

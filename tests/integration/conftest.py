@@ -33,6 +33,7 @@ REFERENCE_PORT = 18100
 RAY_PORT = 6391
 RAY_METRICS_PORT = 8082  # outside Ray worker ports (10002-19999)
 START_TIMEOUT_S = 600
+UP_TIMEOUT_S = START_TIMEOUT_S - 90  # `pdserve up` gives up first and says why
 PDSERVE = str(pathlib.Path(sys.executable).with_name("pdserve"))
 
 
@@ -125,6 +126,34 @@ def _start_reference(
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
 
+def run_up(
+    pdserve: str, cfg_path: pathlib.Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`pdserve up --detach`, bounded by its own timeout (so a stuck start reports which
+    deployment is stuck) well inside the test's. A cluster left on the same Ray port by an
+    earlier, killed run is stopped first (`up` would otherwise deploy onto it)."""
+    subprocess.run([pdserve, "down"], env=env, capture_output=True, timeout=120)
+    return subprocess.run(
+        [pdserve, "up", "--detach", "--config", str(cfg_path), "--timeout-s", str(UP_TIMEOUT_S)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+    )
+
+
+def startup_failure(up: subprocess.CompletedProcess[str]) -> str:
+    """What `pdserve up` printed plus the ends of the newest Serve replica logs."""
+    parts = [f"pdserve up failed:\n{up.stdout[-4000:]}\n{up.stderr[-3000:]}"]
+    logs = sorted(
+        pathlib.Path("/tmp/ray/session_latest/logs/serve").glob("replica_*.log"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for log in logs[-4:]:
+        parts.append(f"--- {log.name} (end) ---\n{log.read_text(errors='replace')[-2500:]}")
+    return "\n".join(parts)
+
+
 def start_cluster(
     config_file: str,
     tmp: pathlib.Path,
@@ -149,16 +178,10 @@ def start_cluster(
     env.pop("PDSERVE_API_KEY", None)
     if api_key is not None:
         env["PDSERVE_API_KEY"] = api_key
-    up = subprocess.run(
-        [PDSERVE, "up", "--detach", "--config", str(cfg_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT_S,
-    )
+    up = run_up(PDSERVE, cfg_path, env)
     if up.returncode != 0:
         subprocess.run([PDSERVE, "down"], env=env, capture_output=True, timeout=120)
-        raise RuntimeError(f"pdserve up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        raise RuntimeError(startup_failure(up))
     url = f"http://127.0.0.1:{router_port}"
     return Cluster(url, cfg, resolve_model(cfg.model), api_key), env
 
@@ -185,16 +208,10 @@ def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
     env.pop("PDSERVE_API_KEY", None)  # this cluster's API is open (test_routing's has a key)
     reference = _start_reference(model_path, cfg, tmp / "reference.log")
     pdserve = str(pathlib.Path(sys.executable).with_name("pdserve"))
-    up = subprocess.run(
-        [pdserve, "up", "--detach", "--config", str(cfg_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT_S,
-    )
+    up = run_up(pdserve, cfg_path, env)
     try:
         if up.returncode != 0:
-            raise RuntimeError(f"pdserve up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+            raise RuntimeError(startup_failure(up))
         os.environ["PDSERVE_RAY_PORT"] = str(RAY_PORT)
         yield {
             "cluster": Cluster(f"http://127.0.0.1:{ROUTER_PORT}", cfg, model_path),

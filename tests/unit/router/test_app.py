@@ -162,6 +162,7 @@ async def test_ready_and_models() -> None:
     assert ready.status_code == 200 and ready.json() == {
         "ready": True,
         "pools": {"prefill": True, "decode": True},
+        "placement": True,
     }
     models = (await c.http.get("/v1/models")).json()
     assert [m["id"] for m in models["data"]] == [MODEL]

@@ -82,3 +82,61 @@ def bench(
             console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
         raise typer.Exit(2) from exc
     raise typer.Exit(run_bench(cfg, console))
+
+
+def _oopt(field: str, flag: str | None = None) -> Any:
+    from pdserve.bench.overload_config import OverloadConfig
+
+    info = OverloadConfig.model_fields[field]
+    shown = ",".join(map(str, info.default)) if isinstance(info.default, tuple) else info.default
+    default = "" if info.default in (None, False) else f" (default: {shown})"
+    name = flag or "--" + field.replace("_", "-")
+    return typer.Option(name, help=f"{info.description}{default}", show_default=False)
+
+
+def bench_overload(
+    url: Annotated[str | None, _oopt("url")] = None,
+    model: Annotated[str | None, _oopt("model")] = None,
+    seed: Annotated[int | None, _oopt("seed")] = None,
+    levels: Annotated[str | None, _oopt("concurrency_levels", "--levels")] = None,
+    num_requests: Annotated[int | None, _oopt("num_requests")] = None,
+    output_tokens: Annotated[int | None, _oopt("output_tokens")] = None,
+    short_tokens: Annotated[int | None, _oopt("short_tokens")] = None,
+    long_tokens: Annotated[int | None, _oopt("long_tokens")] = None,
+    long_fraction: Annotated[float | None, _oopt("long_fraction")] = None,
+    burst_size: Annotated[int | None, _oopt("burst_size")] = None,
+    warmup: Annotated[int | None, _oopt("warmup")] = None,
+    request_timeout_s: Annotated[float | None, _oopt("request_timeout_s")] = None,
+    max_attempts: Annotated[int | None, _oopt("max_attempts")] = None,
+    max_retry_wait_s: Annotated[float | None, _oopt("max_retry_wait_s")] = None,
+    max_reject_s: Annotated[float | None, _oopt("max_reject_s")] = None,
+    max_ttft_p99_ratio: Annotated[float | None, _oopt("max_ttft_p99_ratio")] = None,
+    json_path: Annotated[pathlib.Path | None, _oopt("json_path", "--json")] = None,
+) -> None:
+    """Overload test: closed loops of far more clients than the server sustains (e.g. 8 then
+    80); checks that every attempt is 200 or 429, 429s are fast with Retry-After, and admitted
+    TTFT p99 stays within a multiple of its value at the first level. Exit 1 if a check fails."""
+    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from pdserve.bench.overload_config import OverloadConfig
+    from pdserve.bench.overload_run import run_overload
+
+    console = Console()
+    try:
+        if "levels" in options:
+            raw = options.pop("levels").split(",")
+            options["concurrency_levels"] = tuple(int(x) for x in raw if x.strip())
+        cfg = OverloadConfig(**options)
+    except ValueError as exc:  # ValidationError is a ValueError; so is a bad --levels int
+        errors = (
+            exc.errors()
+            if isinstance(exc, ValidationError)
+            else [{"loc": ("levels",), "msg": str(exc)}]
+        )
+        for err in errors:
+            where = ".".join(str(p) for p in err["loc"]) or "options"
+            console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
+        raise typer.Exit(2) from exc
+    raise typer.Exit(run_overload(cfg, console))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class _Timeline:
     usage: Usage | None = None
     error: str | None = None
     num_content_chunks: int = 0
+    retry_after_s: float | None = None
 
     def add(self, chunk: StreamChunk, now: float) -> None:
         if chunk.error is not None:
@@ -68,13 +70,16 @@ class BenchClient:
         request_timeout_s: float,
         clock: Clock = time.perf_counter,
         transport: httpx.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """`transport` replaces the network (tests pass an `httpx.MockTransport`)."""
+        """`transport` replaces the network (tests pass an `httpx.MockTransport`); `tls` is a
+        TLS context to share between clients (building one reads the CA bundle, ~20 ms)."""
         pool = concurrency + 2  # + the model list and calibration requests
         self._http = httpx.AsyncClient(
             base_url=url.rstrip("/"),
             headers=client_headers(os.environ),
             transport=transport,
+            verify=tls if tls is not None else True,
             http2=False,
             limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
             timeout=httpx.Timeout(request_timeout_s, connect=min(30.0, request_timeout_s)),
@@ -128,6 +133,7 @@ class BenchClient:
             status=status,
             agent=spec.agent,
             step=spec.step,
+            retry_after_s=tl.retry_after_s,
         )
 
     async def _stream(
@@ -141,6 +147,7 @@ class BenchClient:
             if resp.status_code >= 400:
                 raw = await resp.aread()
                 tl.error = f"HTTP {resp.status_code}: {_http_error(raw)}"
+                tl.retry_after_s = _retry_after_s(resp.headers.get("retry-after"))
                 return resp.status_code
             async for event in aiter_events(resp):
                 if self._take(read_chunk(event), tl):
@@ -151,6 +158,15 @@ class BenchClient:
         """Record a chunk; True when the stream is finished ([DONE] or an error)."""
         tl.add(chunk, self._clock())
         return chunk.done or chunk.error is not None
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """Seconds from a `Retry-After` header in its delay-seconds form (None otherwise)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def _http_error(raw: bytes) -> str:

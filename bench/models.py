@@ -70,6 +70,7 @@ class RequestResult:
     `error` is None for a success. `ttft_s` is None only when no chunk arrived at all.
     `chunk_gaps_s` are the gaps between consecutive non-empty content chunks (one chunk may
     carry several tokens). Token counts come from `usage` (None when the server sent none).
+    `retry_after_s` is the `Retry-After` header of an HTTP error answer (None without one).
     """
 
     index: int
@@ -86,6 +87,7 @@ class RequestResult:
     status: int | None = None
     agent: int | None = None
     step: int | None = None
+    retry_after_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -91,9 +91,9 @@ class Runner:
     async def _run(self, out: RunOutcome) -> None:
         cfg = self._cfg
         records = self._load_trace() if cfg.workload == "trace" else []
-        out.model = cfg.model or await self._default_model()
+        out.model = cfg.model or await self.default_model()
         if not cfg.token_ids:
-            out.calibration = await self._calibrate(out.model)
+            out.calibration = await self.calibrate(out.model)
         calibration = out.calibration or Calibration(tokens_per_word=1.0, overhead_tokens=0.0)
         for round_index in range(cfg.rounds):
             for name in cfg.policy_names:
@@ -122,13 +122,13 @@ class Runner:
             raise BenchError(f"trace {self._cfg.trace} has no requests")
         return records
 
-    async def _default_model(self) -> str:
+    async def default_model(self) -> str:
         models = await self._client.list_models()
         if not models:
             raise BenchError("the server lists no models; pass --model")
         return models[0]
 
-    async def _calibrate(self, model: str) -> Calibration:
+    async def calibrate(self, model: str) -> Calibration:
         """Fit tokens-per-word on the workload's endpoint from the server's own counts."""
         probe = PromptFactory(Calibration(1.0, 0.0), salt=f"{self._cfg.seed}:calibration")
         points = []

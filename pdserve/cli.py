@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from pdserve.bench.cli import bench
+from pdserve.bench.cli import bench, bench_overload
 from pdserve.config import ConfigError, PdserveConfig, load_config
 from pdserve.kv_transfer.fabric_check.cli import kv_check
 from pdserve.profiling.cli import profile
@@ -182,6 +182,10 @@ app.command(
     "bench",
     short_help="Benchmark an OpenAI-compatible endpoint; compare routing policies (--compare).",
 )(bench)  # pdserve.bench
+app.command(
+    "bench-overload",
+    short_help="Overload test: 429s fast, no 5xx or hangs, admitted TTFT bounded (exit 1 if not).",
+)(bench_overload)  # pdserve.bench
 
 
 @app.command("config-schema")

@@ -10,6 +10,7 @@ counts in `pdserve_requests_rejected_total{reason}`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 from pdserve.router.errors import OpenAIError
@@ -18,18 +19,85 @@ RejectReason = Literal["router_inflight", "prefill_backlog", "decode_streams"]
 
 
 class AdmissionRejected(OpenAIError):
-    """429: the request was not admitted; retry after `retry_after_s`."""
+    """429: the request was not admitted; retry after `retry_after_s` (whole seconds, >= 1)."""
 
     def __init__(self, reason: RejectReason, message: str, retry_after_s: float):
-        seconds = max(1, math.ceil(retry_after_s))
-        super().__init__(
-            429,
-            f"{message}; retry in about {seconds} s",
-            code="rate_limit_exceeded",
-            headers={"retry-after": str(seconds)},
-        )
+        super().__init__(429, message, code="rate_limit_exceeded")
         self.reason: RejectReason = reason
+        self._why = message
+        self.retry_after_s = 0
+        self.at_least(retry_after_s)
+
+    def at_least(self, retry_after_s: float) -> None:
+        """Advise waiting at least `retry_after_s` (Retry-After header and message)."""
+        seconds = max(1, self.retry_after_s, math.ceil(retry_after_s))
         self.retry_after_s = seconds
+        self.message = f"{self._why}; retry in about {seconds} s"
+        self.headers = {"retry-after": str(seconds)}
+
+
+class RetryAfterAdvisor:
+    """How long refused clients should wait, from what the router sees (pure; clock injected).
+
+    A client that honours Retry-After comes back T seconds later, so with many clients
+    refused the router sees refusals at about (clients waiting) / T per second, while it
+    admits new work only as fast as requests end. Once per `window_s` the advice moves
+    toward the T at which refused clients return `retries_per_slot` times as fast as slots
+    free up (more than one retry per free slot, so slots do not sit idle waiting for one):
+    T <- clamp(T x refusals / (retries_per_slot x completions), 1, max_s) over the last
+    window (at most x2 or /2 per window; T relaxes toward 1 s when nothing is refused).
+    Without it every refused client retries each second and, at 10x overload, refusals
+    outnumber admissions ~10:1, burning the router's CPU on refusals.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        window_s: float = 2.0,
+        max_s: float = 30.0,
+        retries_per_slot: float = 3.0,
+    ) -> None:
+        if window_s <= 0 or max_s < 1 or retries_per_slot <= 0:
+            raise ValueError(
+                f"need window_s > 0, max_s >= 1, retries_per_slot > 0; got "
+                f"{window_s}, {max_s}, {retries_per_slot}"
+            )
+        self._clock = clock
+        self._window_s = window_s
+        self._max_s = max_s
+        self._retries_per_slot = retries_per_slot
+        self._advice_s = 1.0
+        self._window_start_s = clock()
+        self._refused = 0
+        self._completed = 0
+
+    def completed(self) -> None:
+        """An admitted request ended (its slot is free)."""
+        self._roll()
+        self._completed += 1
+
+    def refused(self) -> None:
+        """A request was refused with 429."""
+        self._roll()
+        self._refused += 1
+
+    def retry_after_s(self) -> float:
+        self._roll()
+        return self._advice_s
+
+    def _roll(self) -> None:
+        now = self._clock()
+        if now - self._window_start_s < self._window_s:
+            return
+        if self._refused == 0:
+            target = 1.0
+        else:
+            ratio = self._refused / (self._retries_per_slot * max(1, self._completed))
+            target = self._advice_s * ratio
+        step = min(2.0, max(0.5, target / self._advice_s))
+        self._advice_s = min(self._max_s, max(1.0, self._advice_s * step))
+        self._window_start_s = now
+        self._refused = self._completed = 0
 
 
 def check_inflight(num_inflight: int, limit: int | None) -> None:

@@ -16,14 +16,14 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from pdserve.messages import DecodeChunk
-from pdserve.router.admission import AdmissionRejected, check_inflight
+from pdserve.router.admission import AdmissionRejected, RetryAfterAdvisor
 from pdserve.router.auth import ApiKeyMiddleware, ApiKeys
 from pdserve.router.body_limit import BodyLimitMiddleware
 from pdserve.router.errors import (
@@ -41,6 +41,7 @@ from pdserve.router.headers import (
     SERVED_BY_HEADER,
     TIMING_HEADER,
 )
+from pdserve.router.inflight import InflightGate
 from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.orchestrate import Generation, Orchestrator
@@ -77,18 +78,24 @@ def build_app(
     deployments)."""
     app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
     install_error_handlers(app)
-    # Outermost last: stamp the arrival, then check the key, then bound the body.
+    retry_advisor = RetryAfterAdvisor(time.monotonic)
+    # Outermost last: stamp the arrival, check the key, bound the body, bound the in-flight.
+    app.add_middleware(
+        InflightGate,
+        limit=max_inflight_requests,
+        advisor=retry_advisor,
+        on_refused=lambda endpoint, exc: gate_refused(endpoint, exc),
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
     app.add_middleware(ApiKeyMiddleware, keys=api_keys or ApiKeys(frozenset()))
     app.add_middleware(ArrivalStampMiddleware)
     completions = CompletionHandler(
-        preparer,
-        orchestrator,
-        observer,
-        allow_policy_override,
-        sse_keepalive_s,
-        max_inflight_requests,
+        preparer, orchestrator, observer, allow_policy_override, sse_keepalive_s, retry_advisor
     )
+
+    def gate_refused(endpoint: str, exc: AdmissionRejected) -> None:
+        observer.not_admitted(exc.reason)
+        observer.rejected(cast(Endpoint, endpoint), exc.status)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -153,11 +160,10 @@ class CompletionHandler:
         observer: RouterObserver,
         allow_policy_override: bool,
         sse_keepalive_s: float = 15.0,
-        max_inflight_requests: int | None = None,
+        retry_advisor: RetryAfterAdvisor | None = None,
     ):
         self._preparer = preparer
-        self._max_inflight = max_inflight_requests
-        self._inflight = 0
+        self._retry_advisor = retry_advisor or RetryAfterAdvisor(time.monotonic)
         self._sse_keepalive_s = sse_keepalive_s
         self._orchestrator = orchestrator
         self._observer = observer
@@ -172,24 +178,10 @@ class CompletionHandler:
         rid = _request_id(request)
         setattr(request.state, REQUEST_ID_STATE, rid)  # for 5xx bodies
         try:
-            check_inflight(self._inflight, self._max_inflight)
-        except AdmissionRejected as exc:
-            self._observer.not_admitted(exc.reason)
-            self._observer.rejected(endpoint, exc.status)
+            return await self._serve(endpoint, request, prepare, rid, arrival_s)
+        except AdmissionRejected as exc:  # a chosen replica is past its bound
+            exc.at_least(self._retry_advisor.retry_after_s())
             raise
-        self._inflight += 1
-        response: Response | None = None
-        try:
-            response = await self._serve(endpoint, request, prepare, rid, arrival_s)
-            return response
-        finally:
-            # A stream holds its slot until it ends (the response releases it); anything
-            # else is answered by now.
-            if not isinstance(response, _StreamResponse):
-                self._release()
-
-    def _release(self) -> None:
-        self._inflight -= 1
 
     async def _serve(
         self,
@@ -239,10 +231,9 @@ class CompletionHandler:
 
         async def stream_over() -> None:
             # Also when the events generator never ran (client gone at once): close the
-            # decode stream (aborts the engine request), end the observation, free the slot.
+            # decode stream (aborts the engine request) and end the observation.
             await generation.chunks.aclose()
             obs.ended(499)
-            self._release()
 
         return _StreamResponse(
             events,

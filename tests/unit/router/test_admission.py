@@ -11,6 +11,7 @@ import pytest
 from pdserve.config import AdmissionConfig, PdserveConfig
 from pdserve.router.admission import (
     AdmissionRejected,
+    RetryAfterAdvisor,
     check_decode_streams,
     check_inflight,
     check_prefill_backlog,
@@ -153,3 +154,63 @@ async def test_a_stream_holds_its_inflight_slot_until_it_ends() -> None:
         assert (await first).text.rstrip().endswith("data: [DONE]")
         assert (await c.post("/v1/completions", json=body(SHORT))).status_code == 200
     assert rejected(metrics, "router_inflight") == 1
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _advisor(clock: ManualClock) -> RetryAfterAdvisor:
+    return RetryAfterAdvisor(clock, window_s=2.0, max_s=30.0, retries_per_slot=1.0)
+
+
+def _window(advisor: RetryAfterAdvisor, clock: ManualClock, refused: int, completed: int) -> float:
+    for _ in range(refused):
+        advisor.refused()
+    for _ in range(completed):
+        advisor.completed()
+    clock.now += 2.0
+    return advisor.retry_after_s()
+
+
+def test_retry_after_grows_while_refusals_outnumber_completions_then_relaxes() -> None:
+    clock = ManualClock()
+    advisor = _advisor(clock)
+    assert advisor.retry_after_s() == 1.0
+    # 10x overload: 10 refusals per completion. At most x2 per window, up to the cap.
+    advice = [_window(advisor, clock, refused=100, completed=10) for _ in range(6)]
+    assert advice == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    # Refused clients now come back about as fast as slots free up: the advice holds.
+    assert _window(advisor, clock, refused=10, completed=10) == 30.0
+    # Load gone: back toward 1 s, halving per window.
+    assert [_window(advisor, clock, 0, 10) for _ in range(6)] == [15.0, 7.5, 3.75, 1.875, 1.0, 1.0]
+
+
+def test_the_advice_settles_where_refusals_match_completions() -> None:
+    clock = ManualClock()
+    advisor = _advisor(clock)
+    waiting = 100  # clients that honour Retry-After; 20 requests end per second
+    for _ in range(20):
+        t = advisor.retry_after_s()
+        _window(advisor, clock, refused=round(waiting * 2.0 / t), completed=40)
+    assert 4.0 <= advisor.retry_after_s() <= 6.0  # waiting / rate = 5 s
+
+
+def test_a_rejection_carries_at_least_the_advice() -> None:
+    exc = AdmissionRejected("router_inflight", "full", 1.0)
+    exc.at_least(7.2)
+    assert exc.retry_after_s == 8 and exc.headers == {"retry-after": "8"}
+    assert exc.message == "full; retry in about 8 s"
+    exc.at_least(2.0)  # never lowered
+    assert exc.headers == {"retry-after": "8"}
+
+
+def test_refused_clients_may_outnumber_free_slots_by_the_retry_factor() -> None:
+    clock = ManualClock()
+    advisor = RetryAfterAdvisor(clock, window_s=2.0, retries_per_slot=3.0)
+    assert _window(advisor, clock, refused=30, completed=10) == 1.0  # 3 retries per slot: ok
+    assert _window(advisor, clock, refused=60, completed=10) == 2.0

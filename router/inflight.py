@@ -1,0 +1,70 @@
+"""The router's in-flight bound (`router.admission.max_inflight_requests`), as ASGI middleware.
+
+Installed once by the app factory, inside the API-key and body-size checks. A completion or
+chat request that finds the router full is refused with 429 and a Retry-After before its
+body is parsed or its prompt tokenized (at 10x overload most requests are refused: each
+refusal must cost next to nothing). An admitted request holds its slot until its response
+is over, a stream until its last event. Every answer feeds the `RetryAfterAdvisor`: a 429
+(from here or from a replica bound at placement) counts as a refusal, anything else as a
+freed slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pdserve.router.admission import AdmissionRejected, RetryAfterAdvisor, check_inflight
+from pdserve.router.errors import send_error
+
+GATED_PATHS = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}
+"""Paths the bound applies to, with their endpoint label."""
+
+
+class InflightGate:
+    def __init__(
+        self,
+        app: Any,
+        limit: int | None,
+        advisor: RetryAfterAdvisor,
+        on_refused: Callable[[str, AdmissionRejected], None],
+    ):
+        """`on_refused(endpoint, rejection)` is called for each request this gate refuses
+        (metrics); `limit` None: no bound, only the advisor's bookkeeping."""
+        self._app = app
+        self._limit = limit
+        self._advisor = advisor
+        self._on_refused = on_refused
+        self.inflight = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        endpoint = GATED_PATHS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None or scope.get("method") != "POST":
+            await self._app(scope, receive, send)
+            return
+        try:
+            check_inflight(self.inflight, self._limit)
+        except AdmissionRejected as exc:
+            self._advisor.refused()
+            exc.at_least(self._advisor.retry_after_s())
+            self._on_refused(endpoint, exc)
+            headers = tuple((k.encode(), v.encode()) for k, v in exc.headers.items())
+            await send_error(send, exc.status, exc.message, exc.code or "", headers)
+            return
+        status = 0
+
+        async def observe(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.inflight += 1
+        try:
+            await self._app(scope, receive, observe)
+        finally:
+            self.inflight -= 1
+            if status == 429:
+                self._advisor.refused()
+            else:
+                self._advisor.completed()

@@ -266,6 +266,23 @@ class DeadlineConfig(StrictModel):
     )
 
 
+PrefillFallback = Literal["retry_then_local", "retry", "local", "fail"]
+
+
+class FallbackConfig(StrictModel):
+    """What the router does when a stage fails before the client saw anything."""
+
+    prefill: PrefillFallback = Field(
+        default="retry_then_local",
+        description=(
+            "A remote prefill that fails, times out or whose replica died: `retry` it once on "
+            "another prefill replica; `local`: prefill on the chosen decode replica instead "
+            "(no KV transfer); `retry_then_local`: retry, and if that fails too (or there is "
+            "no other prefill replica) prefill locally; `fail`: answer the error."
+        ),
+    )
+
+
 class AdmissionConfig(StrictModel):
     """Bounded work per tier: a request beyond a bound gets 429 with Retry-After at once,
     instead of queueing without limit. None turns a bound off. The defaults are generous
@@ -311,6 +328,9 @@ class RouterConfig(StrictModel):
     )
     deadlines: DeadlineConfig = Field(
         default_factory=DeadlineConfig, description="Per-stage timeouts (504 when missed)."
+    )
+    fallback: FallbackConfig = Field(
+        default_factory=FallbackConfig, description="Recovery from a failed stage."
     )
     allow_client_priority: bool = Field(
         default=False,

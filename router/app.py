@@ -377,6 +377,7 @@ def _headers(obs: RequestObservation) -> dict[str, str]:
                 "est_prefill_s": round(d.est_prefill_s, 4),
                 "cached_tokens": d.num_cached_tokens,
                 "reason": d.reason,
+                **({"fallbacks": obs.fallbacks} if obs.fallbacks else {}),
             }
         )
     return headers

@@ -16,6 +16,9 @@ INPUT_BUCKETS = ("0-256", "256-1k", "1k-4k", "4k-16k", "16k+")
 DECISIONS = ("remote_prefill", "local_prefill", "none")
 REJECT_REASONS = ("router_inflight", "prefill_backlog", "decode_streams")
 POOLS = ("prefill", "decode")
+FALLBACK_STAGES = ("prefill",)
+FALLBACK_REASONS = ("error", "timeout")
+FALLBACK_ACTIONS = ("retry", "local")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,13 @@ CATALOG: tuple[MetricSpec, ...] = (
         "counter",
         "Requests refused by admission control (429), by the bound they hit.",
         ("reason",),
+    ),
+    MetricSpec(
+        "pdserve_fallbacks",
+        "counter",
+        "Requests moved off a failed stage (router.fallback): the stage that failed, why, "
+        "and what the router did instead.",
+        ("stage", "reason", "action"),
     ),
     MetricSpec("pdserve_kv_transfers", "counter", "Completed prefill-to-decode KV handoffs."),
     MetricSpec("pdserve_prompt_tokens", "counter", "Prompt tokens of served requests."),

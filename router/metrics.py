@@ -24,6 +24,7 @@ class RouterMetrics:
         made = {spec.name: self._make(spec) for spec in CATALOG}
         self.requests: Counter = made["pdserve_requests"]  # type: ignore[assignment]
         self.rejected: Counter = made["pdserve_requests_rejected"]  # type: ignore[assignment]
+        self.fallbacks: Counter = made["pdserve_fallbacks"]  # type: ignore[assignment]
         self.kv_transfers: Counter = made["pdserve_kv_transfers"]  # type: ignore[assignment]
         self.prompt_tokens: Counter = made["pdserve_prompt_tokens"]  # type: ignore[assignment]
         self.cached_prompt_tokens: Counter = made["pdserve_cached_prompt_tokens"]  # type: ignore[assignment]

@@ -71,6 +71,8 @@ class RequestObservation:
         self._ended = False
         self.failure_point: FailurePoint | None = None
         """Where the request failed; None while it has not."""
+        self.fallbacks: list[str] = []
+        """What the router did about failed stages, in order (for the decision header)."""
 
     @property
     def decision_label(self) -> DecisionLabel:
@@ -113,6 +115,12 @@ class RequestObservation:
         placer = self._owner.placer
         if placer is not None:
             placer.prefill_done(self.decision, self.placement_id)
+
+    def fell_back(self, stage: str, reason: str, action: str, detail: str) -> None:
+        """A stage failed and the request moves on another way (`router.fallback`)."""
+        self._owner.metrics.fallbacks.labels(stage, reason, action).inc()
+        self.fallbacks.append(detail)
+        log.warning("request %s: %s", self.request_id, detail)
 
     def decode_sent(self) -> None:
         """The decode request is on its way to a decode replica."""

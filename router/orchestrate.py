@@ -8,8 +8,11 @@ the request's `RequestObservation`. It never formats HTTP.
 The points where a request can fail, in path order (named so fault handling can hook in):
 - `placement`: no replica to place on → `OpenAIError(503)`, nothing was sent;
 - `prefill`: the remote prefill call failed, or missed its deadline (`OpenAIError(504)`,
-  the call is cancelled) → the error propagates from `run()`, no decode request was sent,
-  the prefill is no longer counted as outstanding;
+  the call is cancelled). `router.fallback.prefill` recovers it first: retried once on
+  another prefill replica and/or prefilled on the chosen decode replica instead (each step
+  counted in `pdserve_fallbacks_total` and listed in the decision header). When that is
+  exhausted (or `fail`), the error propagates from `run()`, no decode request was sent, the
+  prefill is no longer counted as outstanding;
 - `decode_before_first_token`: the decode stream failed or missed the first-token deadline
   (504) before its first chunk → raised by the first `anext()` of `Generation.chunks` (the
   HTTP layer can still answer an HTTP error);
@@ -26,7 +29,7 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdserve.config import RouterConfig
 from pdserve.kv_transfer.params import KVHandoff
@@ -39,6 +42,11 @@ from pdserve.router.observe import RequestObservation
 from pdserve.router.placement import Placer
 from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName
 from pdserve.router.prepare import PreparedRequest
+
+
+def _failure_reason(exc: BaseException) -> str:
+    """The bounded `reason` label of a failed stage."""
+    return "timeout" if isinstance(exc, OpenAIError) and exc.status == 504 else "error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +106,7 @@ class Orchestrator:
         self._placer = placer
         self._stream_batch_interval_s = router.stream_batch_interval_ms / 1000.0
         self._deadlines = router.deadlines
+        self._fallback = router.fallback
         self._clock = clock
 
     async def run(
@@ -117,12 +126,59 @@ class Orchestrator:
             chunks = self._decode(request, obs, deadlines, prepared.stream)
             return Generation(num_prompt, None, chunks)
         obs.dispatched(num_prompt, local_prefill=False)
-        budget = deadlines.prefill()
-        result = await self._prefill(prefill_request(prepared, decision), obs, budget)
+        result = await self._prefill_with_fallback(prepared, decision, obs, deadlines)
+        if result is None:  # fell back to prefilling on the decode replica
+            obs.dispatched(num_prompt, local_prefill=True)
+            request = decode_request(prepared, decision, None, interval)
+            chunks = self._decode(request, obs, deadlines, prepared.stream)
+            return Generation(num_prompt, None, chunks)
         obs.prefill_returned(result)
         request = decode_request(prepared, decision, result.handoff, interval)
         chunks = self._decode(request, obs, deadlines, prepared.stream)
         return Generation(result.num_prompt_tokens, result.num_cached_tokens, chunks)
+
+    async def _prefill_with_fallback(
+        self,
+        prepared: PreparedRequest,
+        decision: Decision | None,
+        obs: RequestObservation,
+        deadlines: RequestDeadlines,
+    ) -> PrefillResult | None:
+        """The remote prefill, recovered per `router.fallback.prefill` when it fails:
+        retried once on another prefill replica and/or replaced by a local prefill (None).
+        Raises when the configured recovery is exhausted (failure point `prefill`)."""
+        action = self._fallback.prefill
+        request = prefill_request(prepared, decision)
+        try:
+            return await self._prefill(request, obs, deadlines.prefill())
+        except Exception as exc:
+            if action == "fail":
+                raise
+            failed, reason = request.target_replica_id, _failure_reason(exc)
+            last: Exception = exc
+        if action in ("retry", "retry_then_local"):
+            other = self._placer.other_prefill_replica(failed) if self._placer else None
+            if other is not None:
+                obs.fell_back(
+                    "prefill", reason, "retry",
+                    f"prefill failed on {failed} ({reason}): retried on {other}",
+                )  # fmt: skip
+                retry = replace(request, request_id=f"{request.request_id}2",
+                                target_replica_id=other)  # fmt: skip
+                try:
+                    return await self._prefill(retry, obs, deadlines.prefill())
+                except Exception as exc:
+                    failed, reason, last = other, _failure_reason(exc), exc
+            if action == "retry":
+                raise last
+        if decision is None or deadlines.first_token().seconds <= 0:
+            raise last  # no decode replica chosen yet, or no time left to prefill there
+        obs.fell_back(
+            "prefill", reason, "local",
+            f"prefill failed on {failed} ({reason}): prefilled on decode "
+            f"{decision.decode_replica_id}",
+        )  # fmt: skip
+        return None
 
     def _place(
         self, prepared: PreparedRequest, policy: PolicyName | None, obs: RequestObservation

@@ -131,6 +131,25 @@ class Placer:
         """Decode streams this router has open on that replica."""
         return self._streams.get(decode_replica_id, 0)
 
+    def other_prefill_replica(self, failed: str | None) -> str | None:
+        """The least-loaded healthy prefill replica other than `failed` (for a retry), or
+        None when there is none."""
+        self._view.refresh(self._clock())
+        others = [
+            s for s in self._view.snapshots("prefill") if s.healthy and s.replica_id != failed
+        ]
+        if not others:
+            return None
+        best = min(
+            others,
+            key=lambda s: (
+                self._work.outstanding_s(s.replica_id),
+                s.num_waiting_requests + s.num_running_requests,
+                s.replica_id,
+            ),
+        )
+        return best.replica_id
+
     def prefill_done(self, decision: Decision | None, request_id: str) -> None:
         """Call once when the request's prefill finished or failed (remote: the prefill call
         returned; local: the decode replica produced its first token or failed)."""

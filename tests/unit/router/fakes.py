@@ -79,6 +79,8 @@ class FakeDispatcher:
     num_cached_prefill: int = 3
     prefill_error: Exception | None = None
     prefill_hangs: bool = False
+    prefill_fails_on: frozenset[str] = frozenset()
+    """Prefill replicas whose every prefill fails (a dead or broken replica)."""
     decode_fail_at: int | None = None
     decode_hang_at: int | None = None
     """Index of the chunk before which decode goes silent (a frozen engine)."""
@@ -101,6 +103,8 @@ class FakeDispatcher:
                 raise
         if self.prefill_error is not None:
             raise self.prefill_error
+        if request.target_replica_id in self.prefill_fails_on:
+            raise RuntimeError(f"prefill replica {request.target_replica_id} died")
         blocks = len(request.prompt_token_ids) // BLOCK_TOKENS
         return PrefillResult(
             handoff=handoff(blocks),
@@ -155,10 +159,12 @@ def placer(
     decode_healthy: bool = True,
     clock: StepClock | None = None,
     admission: AdmissionConfig | None = None,
+    prefill_replicas: tuple[str, ...] = ("p0",),
 ) -> Placer:
-    """A real Placer (policy 'pdserve') over one prefill replica 'p0' and one decode 'd0'."""
+    """A real Placer (policy 'pdserve') over prefill replicas `prefill_replicas` (default one,
+    'p0') and one decode replica 'd0'."""
     view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
-    view.attach("prefill", FixedSource(["p0"]))
+    view.attach("prefill", FixedSource(list(prefill_replicas)))
     view.attach("decode", FixedSource(["d0"], healthy=decode_healthy))
     config = PolicyConfig(
         block_size_tokens=BLOCK_TOKENS, local_prefill_max_cold_tokens=local_prefill_max_cold_tokens

@@ -24,8 +24,8 @@ MODEL = "pdserve-demo"
 
 
 class Client:
-    def __init__(self, dispatcher: FakeDispatcher, **app_args: Any):
-        config = PdserveConfig()
+    def __init__(self, dispatcher: FakeDispatcher, fallback: str = "fail", **app_args: Any):
+        config = PdserveConfig.model_validate({"router": {"fallback": {"prefill": fallback}}})
         the_placer = placer(local_prefill_max_cold_tokens=64)
         self.metrics = RouterMetrics()
         observer = RouterObserver(self.metrics, the_placer, clock=StepClock())

@@ -78,9 +78,11 @@ def prepared(stream: bool, num_tokens: int = 640) -> PreparedRequest:
     )
 
 
-def rig(d: FakeDispatcher, local: bool = False) -> tuple[Orchestrator, RouterObserver]:
+def rig(
+    d: FakeDispatcher, local: bool = False, fallback: str = "fail"
+) -> tuple[Orchestrator, RouterObserver]:
     the_placer = placer(local_prefill_max_cold_tokens=1000 if local else 0)
-    config = RouterConfig(deadlines=DeadlineConfig(**FAST))
+    config = RouterConfig.model_validate({"deadlines": FAST, "fallback": {"prefill": fallback}})
     observer = RouterObserver(RouterMetrics(), the_placer)
     return Orchestrator(config, d, the_placer), observer
 
@@ -131,7 +133,9 @@ async def test_a_silent_stream_ends_after_the_idle_deadline_but_a_unary_one_does
 
 
 def client(d: FakeDispatcher, sse_keepalive_s: float = 15.0) -> httpx.AsyncClient:
-    config = PdserveConfig.model_validate({"router": {"deadlines": FAST}})
+    config = PdserveConfig.model_validate(
+        {"router": {"deadlines": FAST, "fallback": {"prefill": "fail"}}}
+    )
     the_placer = placer(local_prefill_max_cold_tokens=1000)
     app = build_app(
         RequestPreparer(config, WordTokenizer()),
@@ -168,3 +172,14 @@ async def test_sse_keepalive_comments_flow_while_decode_is_slow() -> None:
     assert resp.status_code == 200 and ": ping" in resp.text
     assert resp.text.rstrip().endswith("data: [DONE]")
     assert math.isfinite(len(resp.text))
+
+
+async def test_a_hung_prefill_falls_back_to_a_local_prefill_within_the_deadline() -> None:
+    d = FakeDispatcher(prefill_hangs=True)
+    orchestrator, observer = rig(d, fallback="retry_then_local")
+    obs = observer.start("completion", "slow", "slow-1", time.monotonic())
+    gen = await orchestrator.run(prepared(stream=False), obs, None)
+    chunks = [c async for c in gen.chunks]
+    assert d.aborted == ["slow-1-p"], "the hung prefill is cancelled"
+    assert d.decodes[0].handoff is None and len(chunks) == 3
+    assert obs.fallbacks == ["prefill failed on p0 (timeout): prefilled on decode d0"]

@@ -36,7 +36,12 @@ def client(
     allow_client_priority: bool = False,
 ) -> httpx.AsyncClient:
     config = PdserveConfig.model_validate(
-        {"router": {"allow_client_priority": allow_client_priority}}
+        {
+            "router": {
+                "allow_client_priority": allow_client_priority,
+                "fallback": {"prefill": "fail"},  # server errors are the point here
+            }
+        }
     )
     d = dispatcher or FakeDispatcher()
     the_placer = placer()

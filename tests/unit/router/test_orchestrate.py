@@ -44,16 +44,19 @@ def prepared(num_tokens: int, *, stream: bool = False, rid: str = "req-1") -> Pr
 class Rig:
     """One router replica's request path, wired like router/deployment.py does."""
 
-    def __init__(self, dispatcher: FakeDispatcher, the_placer: Placer | None):
+    def __init__(
+        self, dispatcher: FakeDispatcher, the_placer: Placer | None, fallback: str = "fail"
+    ):
         self.dispatcher = dispatcher
         self.placer = the_placer
         self.metrics = RouterMetrics()
         self.observer = RouterObserver(
             self.metrics, the_placer, kv_bytes_per_token=100, clock=StepClock()
         )
-        self.orchestrator = Orchestrator(
-            RouterConfig(stream_batch_interval_ms=50), dispatcher, the_placer, clock=StepClock()
+        config = RouterConfig.model_validate(
+            {"stream_batch_interval_ms": 50, "fallback": {"prefill": fallback}}
         )
+        self.orchestrator = Orchestrator(config, dispatcher, the_placer, clock=StepClock())
 
     def start(self, rid: str = "req-1") -> RequestObservation:
         return self.observer.start("completion", rid, f"{rid}-abcd", arrival_s=9.0)
@@ -63,8 +66,8 @@ class Rig:
         return 0.0 if value is None else value
 
 
-def rig(**placer_args: Any) -> Rig:
-    return Rig(FakeDispatcher(), placer(**placer_args))
+def rig(fallback: str = "fail", **placer_args: Any) -> Rig:
+    return Rig(FakeDispatcher(), placer(**placer_args), fallback)
 
 
 async def drain(chunks: Any) -> list[Any]:
@@ -239,3 +242,93 @@ async def test_a_request_is_counted_once_however_often_it_is_ended() -> None:
         for s in ("200", "500")
     )
     assert total == 1
+
+
+# ---- prefill fallback (router.fallback.prefill) -----------------------------------------
+
+
+async def test_a_failed_prefill_is_retried_on_another_prefill_replica() -> None:
+    r = Rig(
+        FakeDispatcher(prefill_fails_on=frozenset({"p0"})),
+        placer(prefill_replicas=("p0", "p1")),
+        "retry_then_local",
+    )
+    obs = r.start()
+    # p0 is the policy's choice (tie on load, first id); it fails, p1 serves.
+    gen = await r.orchestrator.run(prepared(LONG), obs, None)
+    got = await drain(gen.chunks)
+    obs.ended(200)
+    assert [p.target_replica_id for p in r.dispatcher.prefills] == ["p0", "p1"]
+    assert [p.request_id for p in r.dispatcher.prefills] == ["req-1-abcd-p", "req-1-abcd-p2"]
+    assert r.dispatcher.decodes[0].handoff is not None  # decode pulls p1's KV
+    assert len(got) == 3 and obs.timeline.prefill_replica_id == "p1"
+    assert obs.fallbacks == ["prefill failed on p0 (error): retried on p1"]
+    assert r.sample("pdserve_fallbacks_total", stage="prefill", reason="error",
+                    action="retry") == 1  # fmt: skip
+    assert r.sample("pdserve_requests_total", endpoint="completion",
+                    decision="remote_prefill", status="200") == 1  # fmt: skip
+    assert r.placer is not None and r.placer.queued_prefill_tokens("prefill") == 0
+
+
+async def test_with_no_other_prefill_replica_the_decode_replica_prefills() -> None:
+    r = Rig(FakeDispatcher(prefill_fails_on=frozenset({"p0"})), placer(), "retry_then_local")
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG), obs, None)
+    got = await drain(gen.chunks)
+    obs.ended(200)
+    assert len(r.dispatcher.prefills) == 1
+    decode = r.dispatcher.decodes[0]
+    assert decode.handoff is None and decode.target_replica_id == "d0"  # local prefill
+    assert len(got) == 3 and obs.timeline.local_prefill
+    assert obs.fallbacks == ["prefill failed on p0 (error): prefilled on decode d0"]
+    assert r.sample("pdserve_fallbacks_total", stage="prefill", reason="error",
+                    action="local") == 1  # fmt: skip
+    assert r.sample("pdserve_requests_total", endpoint="completion",
+                    decision="local_prefill", status="200") == 1  # fmt: skip
+    assert r.placer is not None and r.placer.queued_prefill_tokens("decode") == 0
+
+
+async def test_retry_then_local_when_both_prefill_replicas_fail() -> None:
+    r = Rig(
+        FakeDispatcher(prefill_fails_on=frozenset({"p0", "p1"})),
+        placer(prefill_replicas=("p0", "p1")),
+        "retry_then_local",
+    )
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG), obs, None)
+    await drain(gen.chunks)
+    obs.ended(200)
+    assert obs.fallbacks == [
+        "prefill failed on p0 (error): retried on p1",
+        "prefill failed on p1 (error): prefilled on decode d0",
+    ]
+    assert r.dispatcher.decodes[0].handoff is None
+
+
+@pytest.mark.parametrize(
+    ("fallback", "replicas", "num_prefills"),
+    [("retry", ("p0",), 1), ("retry", ("p0", "p1"), 2), ("fail", ("p0", "p1"), 1)],
+)
+async def test_without_local_fallback_the_prefill_error_is_raised(
+    fallback: str, replicas: tuple[str, ...], num_prefills: int
+) -> None:
+    r = Rig(
+        FakeDispatcher(prefill_fails_on=frozenset(replicas)), placer(prefill_replicas=replicas),
+        fallback,
+    )  # fmt: skip
+    obs = r.start()
+    with pytest.raises(RuntimeError, match="died"):
+        await r.orchestrator.run(prepared(LONG), obs, None)
+    obs.ended(500)
+    assert r.dispatcher.decodes == [] and obs.failure_point == "prefill"
+    assert len(r.dispatcher.prefills) == num_prefills
+
+
+async def test_local_fallback_only_when_configured() -> None:
+    r = Rig(FakeDispatcher(prefill_fails_on=frozenset({"p0"})), placer(), "local")
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG), obs, None)
+    await drain(gen.chunks)
+    obs.ended(200)
+    assert len(r.dispatcher.prefills) == 1  # no retry with `local`
+    assert obs.fallbacks == ["prefill failed on p0 (error): prefilled on decode d0"]

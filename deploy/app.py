@@ -43,6 +43,8 @@ def _pool_options(
         "max_ongoing_requests": pool.max_ongoing_requests,
         # Engines take 30-60 s to start on CPU, minutes for big models on GPU.
         "health_check_timeout_s": 120,
+        # check_health asks the engine; a dead one is replaced within a period of dying.
+        "health_check_period_s": 5,
         "graceful_shutdown_timeout_s": 20,
     }
     if pool.autoscaling is None:

@@ -40,6 +40,11 @@ class PoolReplica:
         """Answers once the replica serves (the router's /ready pings this)."""
         return True
 
+    async def check_health(self) -> None:
+        """Ray Serve calls this every health_check_period_s; raising makes Serve replace the
+        replica. Raises once the engine's process is gone (killed, crashed)."""
+        await self._server.check_health()
+
     async def stats(self) -> EngineStats:
         """The engine's counters (tests and operators read them through a handle)."""
         return self._server.stats()

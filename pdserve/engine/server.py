@@ -142,12 +142,26 @@ class EngineServer:
         """Current engine counters (cheap; no engine round trip)."""
         return self._counters.snapshot()
 
+    @property
+    def dead(self) -> bool:
+        """The engine was started and has died since (its process was killed or crashed)."""
+        return self._engine is not None and bool(self._engine.errored)
+
+    async def check_health(self) -> None:
+        """Raise if the engine cannot serve (vLLM's own health check: EngineDeadError once its
+        engine-core process is gone)."""
+        await self.engine.check_health()
+
     def routing_stats(self) -> dict[str, Any]:
         """What the router's replica view needs (Ray Serve polls it; see record_routing_stats).
 
         Plain JSON-able values; `kv_events_endpoint` None means this engine publishes no KV
-        events (the router then falls back to its approximate prefix index).
+        events (the router then falls back to its approximate prefix index). Empty once the
+        engine is dead: the router's view marks the replica unhealthy and stops routing to
+        it while Ray Serve replaces it.
         """
+        if self.dead:
+            return {}
         s = self._counters.snapshot()
         cache = self._engine.vllm_config.cache_config if self._engine is not None else None
         return {

@@ -98,6 +98,10 @@ class TopView:
     request_rate: float | None = None
     prompt_tokens_per_s: float | None = None
     generation_tokens_per_s: float | None = None
+    rejected_per_s: float | None = None
+    """429s from admission control, per second (`pdserve_requests_rejected_total`)."""
+    fallbacks_per_s: float | None = None
+    """Requests moved off a failed stage, per second (`pdserve_fallbacks_total`)."""
 
 
 def _ordered(keys: Iterable[str], preferred: tuple[str, ...]) -> list[str]:
@@ -230,4 +234,6 @@ def build_view(
         request_rate=d.rate(total(s, REQUESTS)),
         prompt_tokens_per_s=d.rate(total(s, "pdserve_prompt_tokens_total")),
         generation_tokens_per_s=d.rate(total(s, "pdserve_generation_tokens_total")),
+        rejected_per_s=d.rate(total(s, "pdserve_requests_rejected_total")),
+        fallbacks_per_s=d.rate(total(s, "pdserve_fallbacks_total")),
     )

@@ -46,7 +46,17 @@ def _traffic(view: TopView) -> Group:
         ("tokens ", "bold"),
         f"in {fmt_rate(view.prompt_tokens_per_s)} out {fmt_rate(view.generation_tokens_per_s)}",
     )
-    return Group(requests, Text.assemble(("decisions ", "bold"), _rates(view.decisions)))
+    decisions = Text.assemble(
+        ("decisions ", "bold"),
+        _rates(view.decisions),
+        "   ",
+        ("refused (429) ", "bold"),
+        fmt_rate(view.rejected_per_s),
+        "   ",
+        ("fallbacks ", "bold"),
+        fmt_rate(view.fallbacks_per_s),
+    )
+    return Group(requests, decisions)
 
 
 def _cluster(view: TopView) -> RenderableType:

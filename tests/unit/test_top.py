@@ -132,6 +132,8 @@ def test_view_from_real_router_metrics() -> None:
         m.ttft.labels("1k-4k", "local_prefill").observe(3.0)
         m.prefill_time.labels("1k-4k", "local_prefill").observe(2.0)
     m.requests.labels("chat", "none", "400").inc(2)
+    m.rejected.labels("router_inflight").inc(4)
+    m.fallbacks.labels("prefill", "error", "retry").inc(2)
     m.itl.observe(0.03)
     window.add(_scrape(m, 4.0))
     view = build_view(window)
@@ -148,6 +150,7 @@ def test_view_from_real_router_metrics() -> None:
     assert view.kv is not None and view.kv.bytes_per_s == pytest.approx(1e8)
     assert view.kv.mean_bytes == pytest.approx(1e6)
     assert view.transfers_per_s == 2.0
+    assert (view.rejected_per_s, view.fallbacks_per_s) == (1.0, 0.5)
     assert view.itl_p99_s is not None and 0.025 < view.itl_p99_s <= 0.05
     assert view.verdict is not None and view.verdict.message == HINT
     assert [r.replica_id for r in view.replicas] == ["p1", "p2", "d1"]
@@ -269,11 +272,13 @@ def test_render_shows_warning_and_rows() -> None:
     window.add(_scrape(m, 0.0))
     m.kv_transfer_seconds.observe(1.0)
     m.kv_transfer_bytes.observe(1 << 20)
+    m.fallbacks.labels("prefill", "timeout", "local").inc(3)
     window.add(_scrape(m, 2.0))
-    console = Console(record=True, width=80)
+    console = Console(record=True, width=120)
     console.print(render(build_view(window, (READ_1M,)), "http://x", 30, 2, "12:00:00", "boom"))
     text = console.export_text()
     assert "WARNING: KV 1.05 MB/s" in text and "boom" in text and " p1 " in text
+    assert "fallbacks 1.50/s" in text, text
 
 
 @pytest.mark.parametrize(("status", "code"), [(200, 0), (500, 1)])

@@ -83,6 +83,14 @@ def _shm_snapshot() -> set[str]:
     return set(glob.glob("/dev/shm/*"))
 
 
+def worker_ports(ray_port: int) -> tuple[int, int]:
+    """The port range (inclusive) for the Ray workers of the cluster on `ray_port`: 1,000
+    ports in 20000-29999, apart for clusters whose Ray ports differ in the last digit, and
+    clear of pdserve's listeners (8000s, 15600-18600) and of the OS's ephemeral ports."""
+    low = 20000 + (ray_port % 10) * 1000
+    return low, low + 999
+
+
 def start_ray(config: PdserveConfig) -> bool:
     """Start a Ray head for pdserve unless one is reachable; True if this call started it."""
     if _ray_reachable():
@@ -99,6 +107,11 @@ def start_ray(config: PdserveConfig) -> bool:
         # takes no worker logs (they stay in the session's log files), so it only cost CPU.
         "--include-log-monitor=false",
         f"--metrics-export-port={RAY_METRICS_PORT}",
+        # Ray's default worker ports (10002-19999) overlap pdserve's own listeners (router
+        # proxy, NIXL side channels, KV events): a worker holding one made a later cluster's
+        # Serve proxy fail to bind. Workers get a range of their own, per Ray port.
+        f"--min-worker-port={worker_ports(RAY_PORT)[0]}",
+        f"--max-worker-port={worker_ports(RAY_PORT)[1]}",
         "--disable-usage-stats",
     ]
     # Ray starts workers at nice 15 and engines inherit it; on a small machine the engines

@@ -16,7 +16,11 @@ def test_health_and_ready(cluster: Cluster) -> None:
     assert httpx.get(f"{cluster.url}/health", timeout=10).json() == {"status": "ok"}
     ready = httpx.get(f"{cluster.url}/ready", timeout=10)
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "pools": {"prefill": True, "decode": True}}
+    assert ready.json() == {
+        "ready": True,
+        "pools": {"prefill": True, "decode": True},
+        "placement": True,  # `pdserve up` waited for the router to be able to place requests
+    }
 
 
 def test_models_lists_the_served_model(cluster: Cluster) -> None:

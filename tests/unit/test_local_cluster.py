@@ -4,6 +4,7 @@ origin, and removes only /dev/shm leftovers nobody uses."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -109,3 +110,11 @@ def test_own_engines_are_found_by_their_environment() -> None:
         _started("sleep", "30", env={**role, "PDSERVE_GCS_ADDRESS": f"127.0.0.1:{FREE_PORT + 1}"}),
     ):
         assert [p.pid for p in local_cluster._own_engines(FREE_PORT)] == [own.pid]
+
+
+def test_ray_worker_ports_stay_clear_of_pdserve_listeners_and_of_each_other() -> None:
+    ranges = {port: local_cluster.worker_ports(port) for port in (6390, 6391, 6393, 6394, 6396)}
+    for low, high in ranges.values():
+        assert 20000 <= low < high <= 29999 and high - low == 999  # below 32768 (ephemeral)
+    spans = sorted(ranges.values())
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans

@@ -67,6 +67,7 @@ class ReplicaView:
                 pool: [
                     {
                         "replica_id": s.replica_id,
+                        "healthy": s.healthy,
                         "running": s.num_running_requests,
                         "waiting": s.num_waiting_requests,
                         "kv_cache_usage": round(s.kv_cache_usage, 4),

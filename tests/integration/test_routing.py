@@ -147,9 +147,9 @@ def _prefill_engine_cores() -> list[psutil.Process]:
     return found
 
 
-def _prefill_replica_ids(http: httpx.Client) -> set[str]:
+def _prefill_replica_ids(http: httpx.Client, healthy_only: bool = False) -> set[str]:
     view = http.get("/v1/pdserve/replicas").json()
-    return {r["replica_id"] for r in view["pools"]["prefill"]}
+    return {r["replica_id"] for r in view["pools"]["prefill"] if r["healthy"] or not healthy_only}
 
 
 def test_a_killed_prefill_engine_costs_no_request_and_is_replaced(two_prefill: Cluster) -> None:
@@ -186,7 +186,7 @@ def test_a_killed_prefill_engine_costs_no_request_and_is_replaced(two_prefill: C
     deadline = time.monotonic() + 240
     with two_prefill.http() as http:
         while True:
-            now = _prefill_replica_ids(http)
+            now = _prefill_replica_ids(http, healthy_only=True)  # reporting routing stats
             if len(now) == 2 and now != before:
                 break
             assert time.monotonic() < deadline, f"prefill replicas not replaced: {now}"

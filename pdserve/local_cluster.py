@@ -272,11 +272,27 @@ def down(log: Callable[[str], None]) -> None:
         log("stopping Ray")
         _stop_own_ray(log)
     _kill_orphan_engines(log)
-    removed = _clean_shm(set(state.get("shm_before", [])) if state else set())
+    keep = set(state.get("shm_before", [])) if state else set()
+    removed = _clean_shm(keep)
     if removed:
         log(f"removed {removed} stale shared-memory buffers from /dev/shm")
     with contextlib.suppress(FileNotFoundError):
         state_path.unlink()
+    left = leftovers(RAY_PORT, keep)
+    if left:
+        log("[yellow]still there after stopping:[/yellow] " + "; ".join(left))
+
+
+def leftovers(ray_port: int, shm_before: set[str]) -> list[str]:
+    """What a stopped cluster left behind: its Ray processes, its engine processes, and
+    vLLM/Ray /dev/shm buffers no live process uses that were not there before (`shm_before`).
+    Empty when `down` did its job."""
+    found = [f"Ray process {p.pid}" for p in _own_ray_processes(ray_port) if _alive(p)]
+    found += [f"engine process {p.pid}" for p in _own_engines(ray_port) if _alive(p)]
+    found += [
+        f"shared memory {path}" for path in stale_shm(_shm_snapshot(), shm_before, _shm_in_use())
+    ]
+    return found
 
 
 def is_own_ray_process(cmdline: Sequence[str], ray_port: int) -> bool:

@@ -51,6 +51,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         ("stage", "reason", "action"),
     ),
     MetricSpec("pdserve_kv_transfers", "counter", "Completed prefill-to-decode KV handoffs."),
+    MetricSpec(
+        "pdserve_kv_transfer_failures",
+        "counter",
+        "KV transfers the engines reported failed (NIXL transfer, handshake or notification "
+        "failures), by the pool of the engine that saw them; read from the replicas' routing "
+        "stats at each scrape.",
+        ("pool",),
+    ),
     MetricSpec("pdserve_prompt_tokens", "counter", "Prompt tokens of served requests."),
     MetricSpec(
         "pdserve_cached_prompt_tokens",

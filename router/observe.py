@@ -24,7 +24,7 @@ from pdserve.messages import DecodeChunk, PrefillResult
 from pdserve.router.metric_catalog import input_bucket
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import Decision, PoolName
+from pdserve.router.policy.types import Decision, PoolName, ReplicaSnapshot
 from pdserve.router.timeline import Timeline
 from pdserve.router.tracing import RequestTracer
 
@@ -205,6 +205,7 @@ class RouterObserver:
         self.tracer = tracer
         self.clock = clock
         self._kv_bytes_per_token = kv_bytes_per_token
+        self._kv_failures_seen: dict[str, int] = {}  # replica id -> its engine's last count
 
     def start(
         self, endpoint: Endpoint, request_id: str, placement_id: str, arrival_s: float
@@ -261,3 +262,13 @@ class RouterObserver:
             usage = sum(s.kv_cache_usage for s in snaps) / len(snaps) if snaps else 0.0
             m.kv_cache_usage.labels(pool).set(usage)
             m.queued_prefill_tokens.labels(pool).set(self.placer.queued_prefill_tokens(pool))
+            for snap in snaps:
+                m.kv_transfer_failures.labels(pool).inc(self._failures_since_last_scrape(snap))
+
+    def _failures_since_last_scrape(self, snap: ReplicaSnapshot) -> int:
+        """New KV-transfer failures of one replica since the last scrape (its engine's count
+        is cumulative; a replaced replica has a new id and starts from its own count)."""
+        now = snap.kv_transfer_failures_total
+        before = self._kv_failures_seen.get(snap.replica_id, 0)
+        self._kv_failures_seen[snap.replica_id] = now
+        return max(0, now - before)

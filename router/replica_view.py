@@ -100,6 +100,7 @@ class ReplicaView:
                         kv_cache_usage=min(1.0, max(0.0, float(stats.get("kv_cache_usage", 0.0)))),
                         queued_prefill_tokens=int(stats.get("queued_prefill_tokens", 0)),
                         healthy=bool(stats),
+                        kv_transfer_failures_total=int(stats.get("kv_transfer_failures_total", 0)),
                     )
                 )
                 self._track(replica_id, stats)

@@ -171,6 +171,7 @@ class EngineServer:
             "block_size_tokens": cache.block_size if cache is not None else 0,
             "num_kv_blocks": (cache.num_gpu_blocks or 0) if cache is not None else 0,
             "kv_events_endpoint": self.kv_events_endpoint,
+            "kv_transfer_failures_total": s.num_kv_transfer_failures_total,
         }
 
     def shutdown(self) -> None:

@@ -71,6 +71,8 @@ class ReplicaSnapshot:
     kv_cache_usage: float
     queued_prefill_tokens: int
     healthy: bool = True
+    kv_transfer_failures_total: int = 0
+    """KV transfers the engine reported failed since it started (cumulative)."""
 
     def __post_init__(self) -> None:
         if self.pool not in ("prefill", "decode"):

@@ -24,6 +24,7 @@ import psutil
 import pytest
 import yaml
 
+from pdserve import local_cluster
 from pdserve.config import PdserveConfig, load_config
 from pdserve.model_source import resolve_model
 
@@ -186,8 +187,13 @@ def start_cluster(
     return Cluster(url, cfg, resolve_model(cfg.model), api_key), env
 
 
-def stop_cluster(env: dict[str, str]) -> None:
-    subprocess.run([PDSERVE, "down"], env=env, capture_output=True, timeout=120)
+def stop_cluster(env: dict[str, str], shm_before: set[str] | None = None) -> None:
+    """`pdserve down`; with `shm_before` (the /dev/shm entries before `up`), also assert that
+    nothing of the cluster is left: no Ray or engine process, no stale buffer."""
+    down = subprocess.run([PDSERVE, "down"], env=env, capture_output=True, text=True, timeout=120)
+    if shm_before is not None:
+        left = local_cluster.leftovers(int(env["PDSERVE_RAY_PORT"]), shm_before)
+        assert not left, f"`pdserve down` left behind: {left}\n{down.stdout[-2000:]}"
 
 
 @pytest.fixture(scope="session")

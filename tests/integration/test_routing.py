@@ -17,6 +17,7 @@ import httpx
 import psutil
 import pytest
 
+from pdserve import local_cluster
 from tests.integration.conftest import Cluster, start_cluster, stop_cluster
 from tests.integration.texts import text_of_words
 
@@ -26,6 +27,7 @@ RAY_PORT_2P1D = 6396
 
 @pytest.fixture(scope="module")
 def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    shm_before = local_cluster.shm_snapshot()
     cluster, env = start_cluster(
         "local-2p1d.yaml",
         tmp_path_factory.mktemp("2p1d"),
@@ -37,7 +39,8 @@ def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         yield cluster
     finally:
-        stop_cluster(env)
+        # After the engine kill below: `down` must still leave nothing behind.
+        stop_cluster(env, shm_before)
 
 
 def _chat(http: httpx.Client, messages: list[dict[str, str]], policy: str) -> httpx.Response:

@@ -1,0 +1,39 @@
+"""Pool metrics the router exports from its replicas' routing stats, at each scrape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdserve.router.metrics import RouterMetrics
+from pdserve.router.observe import RouterObserver
+from pdserve.router.placement import Placer
+from pdserve.router.policy.config import PolicyConfig
+from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.replica_view import ReplicaView
+from tests.unit.router.fakes import BLOCK_TOKENS, FixedSource
+
+
+def _failures(metrics: RouterMetrics, pool: str) -> float:
+    value = metrics.registry.get_sample_value("pdserve_kv_transfer_failures_total", {"pool": pool})
+    return value or 0.0
+
+
+def test_engine_kv_transfer_failures_become_a_router_counter() -> None:
+    decode = FixedSource(["d0", "d1"])
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", FixedSource(["p0"]))
+    view.attach("decode", decode)
+    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
+    metrics = RouterMetrics()
+    observer = RouterObserver(metrics, placer)
+    stats: list[tuple[str, dict[str, Any]]] = decode.replicas()
+
+    observer.update_pool_gauges()
+    assert _failures(metrics, "decode") == 0
+    stats[0][1]["kv_transfer_failures_total"] = 3  # d0's engine saw 3 failed pulls
+    observer.update_pool_gauges()
+    stats[1][1]["kv_transfer_failures_total"] = 1
+    observer.update_pool_gauges()
+    observer.update_pool_gauges()  # nothing new: counted once
+    assert _failures(metrics, "decode") == 4
+    assert _failures(metrics, "prefill") == 0

@@ -3,7 +3,8 @@ NixlConnector kv_consumer role).
 
 The router calls `generate()` (streaming) once per request; the engine pulls the prompt's KV
 over NIXL from the prefill replica named in the handoff (or prefills locally), then streams
-tokens (see stream.py). Cancelling the stream aborts the request in the engine.
+tokens (see stream.py). Cancelling the stream aborts the request in the engine. `release()`
+frees a handoff whose decode never reached an engine (the router calls it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import ClassVar
 
 from pdserve.decode_pool.stream import decode_stream
 from pdserve.engine.replica import PoolReplica
-from pdserve.messages import DecodeChunk, DecodeRequest
+from pdserve.messages import DecodeChunk, DecodeRequest, KVRelease
 from pdserve.router.policy.types import PoolName
 
 
@@ -25,3 +26,10 @@ class DecodeServer(PoolReplica):
     async def generate(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
         async for chunk in decode_stream(self._server.engine, request, self._server.replica_id):
             yield chunk
+
+    async def release(self, request: KVRelease) -> None:
+        """Free a handoff's KV on its prefill engine now: vLLM submits a pre-aborted request
+        whose NIXL connector notifies the prefill engine (as for a rejected transfer)."""
+        await self._server.engine.notify_kv_transfer_request_rejected(
+            request.request_id, request.handoff.to_decode_params()
+        )

@@ -91,6 +91,16 @@ class DecodeRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class KVRelease:
+    """Router → decode server: a handoff that will never be decoded (its decode did not reach
+    an engine: cancelled, timed out, replica gone). The decode engine tells the prefill
+    engine to free that KV now instead of at the end of its lease."""
+
+    request_id: str
+    handoff: KVHandoff
+
+
+@dataclass(frozen=True, slots=True)
 class TokenLogprob:
     """One generated token's logprob and its top alternatives."""
 

@@ -13,7 +13,13 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
-from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, PrefillResult
+from pdserve.messages import (
+    DecodeChunk,
+    DecodeRequest,
+    KVRelease,
+    PrefillRequest,
+    PrefillResult,
+)
 
 
 class Dispatcher(Protocol):
@@ -28,6 +34,11 @@ class Dispatcher(Protocol):
         """Stream the generation from a decode replica (nothing is sent until the first
         `anext`). Cancelling an `anext`, or closing the stream before its end, aborts the
         engine request."""
+        ...
+
+    async def release(self, request: KVRelease) -> None:
+        """Have a decode replica free a handoff's KV on its prefill engine (the decode will
+        never pull it)."""
         ...
 
     async def pools_ready(self, timeout_seconds: float) -> dict[str, bool]:
@@ -64,6 +75,9 @@ class RayServeDispatcher:
         finally:
             if not finished:  # closed early: cancel the replica's generation too
                 response.cancel()
+
+    async def release(self, request: KVRelease) -> None:
+        await self._decode_unary.release.remote(request)
 
     async def pools_ready(self, timeout_seconds: float) -> dict[str, bool]:
         async def ping(handle: Any) -> bool:

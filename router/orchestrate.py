@@ -26,6 +26,7 @@ stream, which aborts the request on the decode engine.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -33,7 +34,13 @@ from dataclasses import dataclass, replace
 
 from pdserve.config import RouterConfig
 from pdserve.kv_transfer.params import KVHandoff
-from pdserve.messages import DecodeChunk, DecodeRequest, PrefillRequest, PrefillResult
+from pdserve.messages import (
+    DecodeChunk,
+    DecodeRequest,
+    KVRelease,
+    PrefillRequest,
+    PrefillResult,
+)
 from pdserve.router.admission import AdmissionRejected
 from pdserve.router.deadlines import Budget, RequestDeadlines
 from pdserve.router.dispatch import Dispatcher
@@ -47,6 +54,9 @@ from pdserve.router.prepare import PreparedRequest
 def _failure_reason(exc: BaseException) -> str:
     """The bounded `reason` label of a failed stage."""
     return "timeout" if isinstance(exc, OpenAIError) and exc.status == 504 else "error"
+
+
+log = logging.getLogger("pdserve.router")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +118,7 @@ class Orchestrator:
         self._deadlines = router.deadlines
         self._fallback = router.fallback
         self._clock = clock
+        self._releases: set[asyncio.Task[None]] = set()  # in flight, kept from the GC
 
     async def run(
         self, prepared: PreparedRequest, obs: RequestObservation, policy: PolicyName | None
@@ -249,6 +260,24 @@ class Orchestrator:
         finally:
             obs.decode_ended()
             await _close(source)
+            if first and request.handoff is not None:
+                # No token came back: the decode may never have reached an engine, and the
+                # prefill's KV would wait for its lease. Free it now (harmless if the decode
+                # engine already did).
+                self._release(KVRelease(f"{request.request_id}-release", request.handoff), obs)
+
+    def _release(self, release: KVRelease, obs: RequestObservation) -> None:
+        """Send `release` in the background (the caller may be cancelled); log a failure."""
+
+        async def send() -> None:
+            try:
+                await self._dispatcher.release(release)
+            except Exception as exc:  # the lease still frees the KV
+                log.warning("request %s: releasing its KV failed: %r", obs.request_id, exc)
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
 
 def _finite(seconds: float) -> float | None:

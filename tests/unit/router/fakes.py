@@ -15,6 +15,7 @@ from pdserve.messages import (
     DecodeChunk,
     DecodeRequest,
     EngineTimes,
+    KVRelease,
     PrefillRequest,
     PrefillResult,
 )
@@ -91,6 +92,8 @@ class FakeDispatcher:
     """Request ids whose call was cancelled or whose stream was closed before its end (the
     engine would abort them)."""
     completed: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    """Prefill request ids whose KV the router asked a decode replica to free."""
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
         self.prefills.append(request)
@@ -130,6 +133,9 @@ class FakeDispatcher:
         finally:
             if not finished:
                 self.aborted.append(request.request_id)
+
+    async def release(self, request: KVRelease) -> None:
+        self.released.append(request.handoff.remote_request_id)
 
     async def pools_ready(self, timeout_seconds: float) -> dict[str, bool]:
         return {"prefill": True, "decode": True}

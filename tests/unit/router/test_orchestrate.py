@@ -4,6 +4,8 @@ receives, the timeline stages and the metric samples a user would see."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from typing import Any
 
@@ -332,3 +334,44 @@ async def test_local_fallback_only_when_configured() -> None:
     obs.ended(200)
     assert len(r.dispatcher.prefills) == 1  # no retry with `local`
     assert obs.fallbacks == ["prefill failed on p0 (error): prefilled on decode d0"]
+
+
+# ---- stranded KV: a handoff whose decode produced nothing is released ----------------------
+
+
+@pytest.mark.parametrize(
+    ("fail_at", "local", "released"),
+    [
+        (0, False, ["req-p"]),  # decode failed before its first token: free the prefill KV
+        (2, False, []),  # the engine pulled the KV and started: nothing stranded
+        (None, False, []),
+        (0, True, []),  # local prefill: no handoff to release
+    ],
+)
+async def test_a_decode_that_produced_nothing_releases_its_handoff(
+    fail_at: int | None, local: bool, released: list[str]
+) -> None:
+    r = rig(local_prefill_max_cold_tokens=1000 if local else 0)
+    r.dispatcher.decode_fail_at = fail_at
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG), obs, None)
+    with contextlib.suppress(RuntimeError):
+        await drain(gen.chunks)
+    await asyncio.sleep(0.01)  # the release is sent in the background
+    assert r.dispatcher.released == released
+
+
+async def test_a_client_gone_before_the_first_token_releases_the_handoff() -> None:
+    r = rig()
+    r.dispatcher.chunk_delay_s = 10.0  # decode has not answered yet
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG), obs, None)
+    first = asyncio.ensure_future(anext(gen.chunks))
+    await asyncio.sleep(0.01)
+    first.cancel()  # the HTTP layer cancels when the client disconnects
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    await gen.chunks.aclose()
+    await asyncio.sleep(0.01)
+    assert r.dispatcher.released == ["req-p"]
+    assert r.dispatcher.aborted == ["req-1-abcd-d"]

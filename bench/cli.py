@@ -10,15 +10,22 @@ import pathlib
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
+
+
+def _option(config: type[BaseModel], field: str, flag: str | None, extra: str = "") -> Any:
+    """A typer option whose help is the config field's description and default."""
+    info = config.model_fields[field]
+    shown = ",".join(map(str, info.default)) if isinstance(info.default, tuple) else info.default
+    default = "" if info.default in (None, False, ()) else f" (default: {shown})"
+    name = flag or "--" + field.replace("_", "-")
+    return typer.Option(name, help=f"{info.description}{extra}{default}", show_default=False)
 
 
 def _opt(field: str, flag: str | None = None, extra: str = "") -> Any:
     from pdserve.bench.config import BenchConfig
 
-    info = BenchConfig.model_fields[field]
-    default = "" if info.default in (None, False) else f" (default: {info.default})"
-    name = flag or "--" + field.replace("_", "-")
-    return typer.Option(name, help=f"{info.description}{extra}{default}", show_default=False)
+    return _option(BenchConfig, field, flag, extra)
 
 
 def bench(
@@ -87,11 +94,7 @@ def bench(
 def _oopt(field: str, flag: str | None = None) -> Any:
     from pdserve.bench.overload_config import OverloadConfig
 
-    info = OverloadConfig.model_fields[field]
-    shown = ",".join(map(str, info.default)) if isinstance(info.default, tuple) else info.default
-    default = "" if info.default in (None, False) else f" (default: {shown})"
-    name = flag or "--" + field.replace("_", "-")
-    return typer.Option(name, help=f"{info.description}{default}", show_default=False)
+    return _option(OverloadConfig, field, flag)
 
 
 def bench_overload(
@@ -113,8 +116,8 @@ def bench_overload(
     max_ttft_p99_ratio: Annotated[float | None, _oopt("max_ttft_p99_ratio")] = None,
     json_path: Annotated[pathlib.Path | None, _oopt("json_path", "--json")] = None,
 ) -> None:
-    """Overload test: closed loops of far more clients than the server sustains (e.g. 8 then
-    80); checks that every attempt is 200 or 429, 429s are fast with Retry-After, and admitted
+    """Overload test: closed loops of far more clients than the server sustains (e.g. 32 then
+    320); checks that every attempt is 200 or 429, 429s are fast with Retry-After, and admitted
     TTFT p99 stays within a multiple of its value at the first level. Exit 1 if a check fails."""
     options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
     from pydantic import ValidationError

@@ -19,9 +19,9 @@ class OverloadConfig(BaseModel):
     model: str | None = Field(default=None, description="Model id; None: first of /v1/models.")
     seed: int = Field(default=0, description="Seed of the workload's random choices.")
     concurrency_levels: tuple[int, ...] = Field(
-        default=(8, 80),
+        default=(32, 320),
         description="Closed-loop clients per level; the first is the saturation point the "
-        "others are compared with.",
+        "others are compared with (32 is the local CPU cluster's).",
     )
     num_requests: int = Field(
         default=200, gt=0, description="Distinct requests per level (a retried 429 is one)."

@@ -42,8 +42,8 @@ class _Levels:
                         self._clock)  # fmt: skip
         model = workload.model or await runner.default_model()
         calibration = await runner.calibrate(model)
+        factory = PromptFactory(calibration, salt=f"{self._cfg.seed}:overload:warmup")
         for i in range(workload.warmup):
-            factory = PromptFactory(calibration, salt=f"{self._cfg.seed}:overload:warmup")
             spec = RequestSpec(-1, "warmup", 4, 50, prompt=factory.unique(f"w{i}", 50))
             await self._client.send(spec, model, None, self._clock())
         for concurrency in self._cfg.concurrency_levels:
@@ -57,7 +57,7 @@ class _Levels:
         factory = PromptFactory(calibration, salt=f"{cfg.seed}:overload:c{concurrency}")
         specs = iter(build_mixed(cfg.workload(), factory))
         attempts: list[RequestResult] = []
-        unfinished = 0
+        unfinished = rejected = 0
         task = self._progress.add_task(f"{concurrency} clients", total=cfg.num_requests, rejected=0)
         t0 = self._clock()
 
@@ -71,15 +71,15 @@ class _Levels:
                 await client.close()
 
         async def requests_of_one_client(client: BenchClient) -> None:
-            nonlocal unfinished
+            nonlocal unfinished, rejected
             for spec in specs:  # one shared iterator: each request is sent by one client
                 for _ in range(cfg.max_attempts):
                     r = await client.send(spec, model, None, t0)
                     attempts.append(r)
                     if r.status != REJECTED:
                         break
-                    self._progress.update(task, rejected=sum(a.status == REJECTED
-                                                             for a in attempts))  # fmt: skip
+                    rejected += 1
+                    self._progress.update(task, rejected=rejected)
                     wait_s = r.retry_after_s if r.retry_after_s is not None else DEFAULT_RETRY_S
                     await asyncio.sleep(min(wait_s, cfg.max_retry_wait_s))
                 else:

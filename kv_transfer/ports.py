@@ -19,4 +19,4 @@ def pick_free_port(base_port: int, host: str = "127.0.0.1", num_tries: int = 200
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free NIXL side-channel port in [{base_port}, {base_port + num_tries})")
+    raise RuntimeError(f"no free port on {host} in [{base_port}, {base_port + num_tries})")

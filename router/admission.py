@@ -1,10 +1,11 @@
 """Admission control (pure): refuse work a tier cannot take soon, fast, with a Retry-After.
 
-Called per request by the HTTP layer (router in-flight bound, before tokenizing) and by the
-`Placer` once the policy has chosen replicas (prefill backlog and decode stream bounds, from
-the router's own bookkeeping). A refusal is an `AdmissionRejected` (HTTP 429, OpenAI code
-`rate_limit_exceeded`, a `Retry-After` header estimated from the backlog) that the observer
-counts in `pdserve_requests_rejected_total{reason}`.
+Called per request by the in-flight gate (router/inflight.py: the router in-flight bound,
+before the body is parsed) and by the `Placer` once the policy has chosen replicas (prefill
+backlog and decode stream bounds, from the router's own bookkeeping). A refusal is an
+`AdmissionRejected` (HTTP 429, OpenAI code `rate_limit_exceeded`, a `Retry-After` header: at
+least the prefill backlog's excess, raised to the `RetryAfterAdvisor`'s advice) that the
+observer counts in `pdserve_requests_rejected_total{reason}`.
 """
 
 from __future__ import annotations

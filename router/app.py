@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast, get_args
+from typing import Any, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -79,12 +79,14 @@ def build_app(
     app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
     install_error_handlers(app)
     retry_advisor = RetryAfterAdvisor(time.monotonic)
+
+    def gate_refused(endpoint: Endpoint, exc: AdmissionRejected) -> None:
+        observer.not_admitted(exc.reason)
+        observer.rejected(endpoint, exc.status)
+
     # Outermost last: stamp the arrival, check the key, bound the body, bound the in-flight.
     app.add_middleware(
-        InflightGate,
-        limit=max_inflight_requests,
-        advisor=retry_advisor,
-        on_refused=lambda endpoint, exc: gate_refused(endpoint, exc),
+        InflightGate, limit=max_inflight_requests, advisor=retry_advisor, on_refused=gate_refused
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
     app.add_middleware(ApiKeyMiddleware, keys=api_keys or ApiKeys(frozenset()))
@@ -92,10 +94,6 @@ def build_app(
     completions = CompletionHandler(
         preparer, orchestrator, observer, allow_policy_override, sse_keepalive_s, retry_advisor
     )
-
-    def gate_refused(endpoint: str, exc: AdmissionRejected) -> None:
-        observer.not_admitted(exc.reason)
-        observer.rejected(cast(Endpoint, endpoint), exc.status)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -16,8 +16,9 @@ from typing import Any
 
 from pdserve.router.admission import AdmissionRejected, RetryAfterAdvisor, check_inflight
 from pdserve.router.errors import send_error
+from pdserve.router.observe import Endpoint
 
-GATED_PATHS = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}
+GATED_PATHS: dict[str, Endpoint] = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}
 """Paths the bound applies to, with their endpoint label."""
 
 
@@ -27,7 +28,7 @@ class InflightGate:
         app: Any,
         limit: int | None,
         advisor: RetryAfterAdvisor,
-        on_refused: Callable[[str, AdmissionRejected], None],
+        on_refused: Callable[[Endpoint, AdmissionRejected], None],
     ):
         """`on_refused(endpoint, rejection)` is called for each request this gate refuses
         (metrics); `limit` None: no bound, only the advisor's bookkeeping."""

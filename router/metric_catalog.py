@@ -16,9 +16,6 @@ INPUT_BUCKETS = ("0-256", "256-1k", "1k-4k", "4k-16k", "16k+")
 DECISIONS = ("remote_prefill", "local_prefill", "none")
 REJECT_REASONS = ("router_inflight", "prefill_backlog", "decode_streams")
 POOLS = ("prefill", "decode")
-FALLBACK_STAGES = ("prefill",)
-FALLBACK_REASONS = ("error", "timeout")
-FALLBACK_ACTIONS = ("retry", "local")
 
 
 @dataclass(frozen=True, slots=True)

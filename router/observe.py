@@ -39,6 +39,11 @@ FailurePoint = Literal[
 
 log = logging.getLogger("pdserve.router")
 
+# Bounded label values of pdserve_fallbacks_total.
+FallbackStage = Literal["prefill"]
+FallbackReason = Literal["error", "timeout"]
+FallbackAction = Literal["retry", "local"]
+
 
 class RequestObservation:
     """One request's observation. Built by `RouterObserver.start`; not shared across requests."""
@@ -116,7 +121,9 @@ class RequestObservation:
         if placer is not None:
             placer.prefill_done(self.decision, self.placement_id)
 
-    def fell_back(self, stage: str, reason: str, action: str, detail: str) -> None:
+    def fell_back(
+        self, stage: FallbackStage, reason: FallbackReason, action: FallbackAction, detail: str
+    ) -> None:
         """A stage failed and the request moves on another way (`router.fallback`)."""
         self._owner.metrics.fallbacks.labels(stage, reason, action).inc()
         self.fallbacks.append(detail)

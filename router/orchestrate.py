@@ -45,13 +45,13 @@ from pdserve.router.admission import AdmissionRejected
 from pdserve.router.deadlines import Budget, RequestDeadlines
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
-from pdserve.router.observe import RequestObservation
+from pdserve.router.observe import FallbackReason, RequestObservation
 from pdserve.router.placement import Placer
 from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName
 from pdserve.router.prepare import PreparedRequest
 
 
-def _failure_reason(exc: BaseException) -> str:
+def _failure_reason(exc: BaseException) -> FallbackReason:
     """The bounded `reason` label of a failed stage."""
     return "timeout" if isinstance(exc, OpenAIError) and exc.status == 504 else "error"
 

@@ -21,8 +21,8 @@ def kv_transfer_config(config: PdserveConfig, role: PoolName) -> dict[str, Any]:
         "kv_connector": kv.connector,
         "kv_role": _KV_ROLE[role],
         "kv_buffer_device": config.kv_buffer_device,
-        # A failed pull must fail the request, never silently recompute on decode.
-        "kv_load_failure_policy": "fail",
+        # recompute: a failed pull is prefilled on decode (counted as a transfer failure).
+        "kv_load_failure_policy": kv.load_failure_policy,
         "kv_connector_extra_config": {"backends": list(kv.backends), "num_threads": kv.num_threads},
     }
 

@@ -149,6 +149,16 @@ class PoolConfig(StrictModel):
     max_ongoing_requests: int = Field(
         default=256, gt=0, description="Ray Serve cap on in-flight requests per replica."
     )
+    unresponsive_after_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description=(
+            "A replica pings its engine process every second; an engine that has not answered "
+            "for this long (frozen, or stuck in one step) is unhealthy: the router stops "
+            "routing to it and Ray Serve's health check replaces the replica. Keep it above "
+            "the longest engine step (a max_num_batched_tokens prefill chunk)."
+        ),
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="vLLM settings.")
 
 
@@ -193,7 +203,19 @@ class KVTransferConfig(StrictModel):
     abort_request_timeout_seconds: float = Field(
         default=120.0,
         gt=0,
-        description="Prefill frees KV that no decode pulled after this long.",
+        description=(
+            "The lease: a prefill engine frees KV that no decode pulled (nor released) after "
+            "this long (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)."
+        ),
+    )
+    load_failure_policy: Literal["recompute", "fail"] = Field(
+        default="recompute",
+        description=(
+            "A decode engine that cannot load a request's KV (NIXL error, lease expired, "
+            "prefill engine gone): `recompute` the prompt on the decode engine (vLLM "
+            "kv_load_failure_policy; counted in pdserve_kv_transfer_failures_total"
+            '{pool="decode"}), or `fail` the request (502 decode_failed).'
+        ),
     )
     ucx_env: dict[str, str] = Field(
         default_factory=dict,
@@ -267,6 +289,7 @@ class DeadlineConfig(StrictModel):
 
 
 PrefillFallback = Literal["retry_then_local", "retry", "local", "fail"]
+DecodeFallback = Literal["retry", "fail"]
 
 
 class FallbackConfig(StrictModel):
@@ -279,6 +302,15 @@ class FallbackConfig(StrictModel):
             "another prefill replica; `local`: prefill on the chosen decode replica instead "
             "(no KV transfer); `retry_then_local`: retry, and if that fails too (or there is "
             "no other prefill replica) prefill locally; `fail`: answer the error."
+        ),
+    )
+    decode: DecodeFallback = Field(
+        default="retry",
+        description=(
+            "A decode that fails before its first token (an engine error, a dead replica): "
+            "`retry` it once on another healthy decode replica, prefilling there (the KV "
+            "handed off for the first one is released); `fail`: answer the error. A decode "
+            "that fails after its first token is never retried (the client has tokens)."
         ),
     )
 

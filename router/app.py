@@ -33,6 +33,7 @@ from pdserve.router.errors import (
     error_body,
     install_error_handlers,
     server_error_body,
+    server_error_status,
 )
 from pdserve.router.headers import (
     DECISION_HEADER,
@@ -213,12 +214,12 @@ class CompletionHandler:
             model=self._preparer.model_id,
             created=created,
             num_prompt_tokens=generation.num_prompt_tokens,
-            num_cached_tokens=generation.num_cached_tokens,
         )
         if not prepared.stream:
             with _ends(obs, request):
                 async for chunk in generation.chunks:
                     builder.add(chunk)
+            builder.num_cached_tokens = obs.num_cached_tokens
             obs.ended(200)
             return JSONResponse(builder.body(), headers=_headers(obs))
         # Wait for the first token before answering, so the timing header can carry the TTFT
@@ -279,8 +280,8 @@ class _StreamResponse(EventSourceResponse):
 @contextlib.contextmanager
 def _ends(obs: RequestObservation, request: Request) -> Iterator[None]:
     """If the block fails, end the observation with the failure's status (the OpenAIError's;
-    499 when cancelled because the client went away; else 500, noting where it failed for
-    the error body) and re-raise."""
+    499 when cancelled because the client went away; else 502 when a pool replica failed it,
+    500 otherwise, noting where it failed for the error body) and re-raise."""
     try:
         yield
     except OpenAIError as exc:
@@ -291,7 +292,7 @@ def _ends(obs: RequestObservation, request: Request) -> Iterator[None]:
         raise
     except Exception:
         setattr(request.state, FAILURE_STATE, obs.failure_point)
-        obs.ended(500)
+        obs.ended(server_error_status(obs.failure_point))
         raise
 
 
@@ -315,6 +316,7 @@ async def _events(
                 builder.add(chunk)
                 yield _dumps(builder.stream_chunk(chunk))
         if include_usage:
+            builder.num_cached_tokens = obs.num_cached_tokens
             final = builder.usage_chunk()
             final["pdserve_timing"] = obs.timeline.stages()
             yield _dumps(final)
@@ -328,6 +330,7 @@ async def _events(
         yield _dumps(error_body(exc.status, exc.message, exc.param, exc.code))
     except Exception:
         # Logged with its traceback where it happened (RequestObservation.failed).
+        status = server_error_status(obs.failure_point)
         yield _dumps(server_error_body(obs.request_id, obs.failure_point))
     finally:
         await chunks.aclose()

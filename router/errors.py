@@ -71,20 +71,28 @@ REQUEST_ID_STATE = "pdserve_request_id"
 FAILURE_STATE = "pdserve_failure_point"
 """`request.state` attribute where the HTTP layer keeps where the request failed, if known."""
 
+# failure point -> (status, code, what failed). A pool replica that failed is an upstream
+# failure (502); anything else is the router's own (500).
 _SERVER_FAILURES = {
-    "placement": ("placement_failed", "placing the request failed"),
-    "prefill": ("prefill_failed", "the prefill failed"),
-    "decode_before_first_token": ("decode_failed", "the decode failed before the first token"),
-    "decode_after_first_token": ("decode_failed", "the decode failed mid-stream"),
+    "placement": (500, "placement_failed", "placing the request failed"),
+    "prefill": (502, "prefill_failed", "the prefill failed"),
+    "decode_before_first_token": (502, "decode_failed", "the decode failed before the first token"),
+    "decode_after_first_token": (502, "decode_failed", "the decode failed mid-stream"),
 }
+_INTERNAL = (500, "internal_error", "internal error")
+
+
+def server_error_status(failure_point: str | None) -> int:
+    """502 when a pool replica failed the request (prefill, decode), else 500."""
+    return _SERVER_FAILURES.get(failure_point or "", _INTERNAL)[0]
 
 
 def server_error_body(request_id: str | None, failure_point: str | None) -> dict[str, Any]:
     """The body of a 5xx: a stable code and the request id, never the exception's text
     (remote tracebacks carry process titles, pids and addresses; the log has them)."""
-    code, what = _SERVER_FAILURES.get(failure_point or "", ("internal_error", "internal error"))
+    status, code, what = _SERVER_FAILURES.get(failure_point or "", _INTERNAL)
     rid = f" (request {request_id})" if request_id else ""
-    return error_body(500, f"{what}{rid}; the router log has the details", None, code)
+    return error_body(status, f"{what}{rid}; the router log has the details", None, code)
 
 
 async def send_error(
@@ -149,4 +157,4 @@ def install_error_handlers(app: FastAPI) -> None:
         point = getattr(request.state, FAILURE_STATE, None)
         if point is None:  # not logged where it happened
             log.error("request %s failed: %r", rid, exc, exc_info=exc)
-        return JSONResponse(server_error_body(rid, point), 500)
+        return JSONResponse(server_error_body(rid, point), server_error_status(point))

@@ -47,13 +47,27 @@ CATALOG: tuple[MetricSpec, ...] = (
         "and what the router did instead.",
         ("stage", "reason", "action"),
     ),
-    MetricSpec("pdserve_kv_transfers", "counter", "Completed prefill-to-decode KV handoffs."),
+    MetricSpec(
+        "pdserve_kv_transfers",
+        "counter",
+        "Remote prefills whose decode produced a token: the KV was pulled (or, after a failed "
+        "pull, recomputed on decode; pdserve_kv_transfer_failures_total counts those).",
+    ),
     MetricSpec(
         "pdserve_kv_transfer_failures",
         "counter",
         "KV transfers the engines reported failed (NIXL transfer, handshake or notification "
         "failures), by the pool of the engine that saw them; read from the replicas' routing "
-        "stats at each scrape.",
+        "stats at each scrape. With kv_transfer.load_failure_policy=recompute each failed "
+        "pull on decode is recomputed there.",
+        ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_kv_expired",
+        "counter",
+        "Requests whose KV a (prefill) engine freed at the end of its lease because no decode "
+        "pulled or released it (kv_transfer.abort_request_timeout_seconds), by pool; read from "
+        "the replicas' routing stats at each scrape.",
         ("pool",),
     ),
     MetricSpec("pdserve_prompt_tokens", "counter", "Prompt tokens of served requests."),

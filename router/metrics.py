@@ -27,6 +27,7 @@ class RouterMetrics:
         self.fallbacks: Counter = made["pdserve_fallbacks"]  # type: ignore[assignment]
         self.kv_transfers: Counter = made["pdserve_kv_transfers"]  # type: ignore[assignment]
         self.kv_transfer_failures: Counter = made["pdserve_kv_transfer_failures"]  # type: ignore[assignment]
+        self.kv_expired: Counter = made["pdserve_kv_expired"]  # type: ignore[assignment]
         self.prompt_tokens: Counter = made["pdserve_prompt_tokens"]  # type: ignore[assignment]
         self.cached_prompt_tokens: Counter = made["pdserve_cached_prompt_tokens"]  # type: ignore[assignment]
         self.generation_tokens: Counter = made["pdserve_generation_tokens"]  # type: ignore[assignment]

@@ -24,7 +24,7 @@ from pdserve.messages import DecodeChunk, PrefillResult
 from pdserve.router.metric_catalog import input_bucket
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import Decision, PoolName, ReplicaSnapshot
+from pdserve.router.policy.types import Decision, PoolName
 from pdserve.router.timeline import Timeline
 from pdserve.router.tracing import RequestTracer
 
@@ -40,7 +40,7 @@ FailurePoint = Literal[
 log = logging.getLogger("pdserve.router")
 
 # Bounded label values of pdserve_fallbacks_total.
-FallbackStage = Literal["prefill"]
+FallbackStage = Literal["prefill", "decode"]
 FallbackReason = Literal["error", "timeout"]
 FallbackAction = Literal["retry", "local"]
 
@@ -129,6 +129,22 @@ class RequestObservation:
         self.fallbacks.append(detail)
         log.warning("request %s: %s", self.request_id, detail)
 
+    def decode_moved(self, decode_replica_id: str, detail: str) -> None:
+        """The decode failed before its first token and is retried on `decode_replica_id`,
+        which prefills the prompt itself (counted as a decode fallback)."""
+        self.fell_back("decode", "error", "retry", detail)
+        self.timeline.local_prefill = True
+        self._num_cached_tokens = None  # the retry's own prefill reports it
+        self._kv_bytes = 0
+        placer = self._owner.placer
+        if placer is not None:
+            placer.decode_moved(self.placement_id, decode_replica_id)
+
+    @property
+    def num_cached_tokens(self) -> int | None:
+        """Prompt tokens the serving prefill took from a prefix cache (None until known)."""
+        return self._num_cached_tokens
+
     def decode_sent(self) -> None:
         """The decode request is on its way to a decode replica."""
         self._decode_sent = True
@@ -144,8 +160,9 @@ class RequestObservation:
             self.prefill_ended()
             self._num_cached_tokens = chunk.num_cached_tokens
         else:
-            # The decode engine only produces a token after the KV pull succeeded
-            # (kv_load_failure_policy=fail): a completed handoff.
+            # The decode engine produces a token only once the prompt's KV is in place: pulled
+            # (or, under kv_load_failure_policy=recompute, recomputed after a failed pull;
+            # the engine counts those as transfer failures).
             m.kv_transfers.inc()
         m.cached_prompt_tokens.inc(self._num_cached_tokens or 0)
         m.prompt_tokens.inc(self._num_prompt_tokens)
@@ -212,7 +229,8 @@ class RouterObserver:
         self.tracer = tracer
         self.clock = clock
         self._kv_bytes_per_token = kv_bytes_per_token
-        self._kv_failures_seen: dict[str, int] = {}  # replica id -> its engine's last count
+        # (counter, replica id) -> that engine counter's value at the last scrape
+        self._engine_counts_seen: dict[tuple[str, str], int] = {}
 
     def start(
         self, endpoint: Endpoint, request_id: str, placement_id: str, arrival_s: float
@@ -270,12 +288,17 @@ class RouterObserver:
             m.kv_cache_usage.labels(pool).set(usage)
             m.queued_prefill_tokens.labels(pool).set(self.placer.queued_prefill_tokens(pool))
             for snap in snaps:
-                m.kv_transfer_failures.labels(pool).inc(self._failures_since_last_scrape(snap))
+                failures = self._since_last_scrape("failures", snap.replica_id,
+                                                   snap.kv_transfer_failures_total)  # fmt: skip
+                m.kv_transfer_failures.labels(pool).inc(failures)
+                expired = self._since_last_scrape("expired", snap.replica_id,
+                                                  snap.kv_expired_total)  # fmt: skip
+                m.kv_expired.labels(pool).inc(expired)
 
-    def _failures_since_last_scrape(self, snap: ReplicaSnapshot) -> int:
-        """New KV-transfer failures of one replica since the last scrape (its engine's count
-        is cumulative; a replaced replica has a new id and starts from its own count)."""
-        now = snap.kv_transfer_failures_total
-        before = self._kv_failures_seen.get(snap.replica_id, 0)
-        self._kv_failures_seen[snap.replica_id] = now
-        return max(0, now - before)
+    def _since_last_scrape(self, counter: str, replica_id: str, total: int) -> int:
+        """How much one replica's cumulative engine counter grew since the last scrape (a
+        replaced replica has a new id and starts from its own count)."""
+        key = (counter, replica_id)
+        before = self._engine_counts_seen.get(key, 0)
+        self._engine_counts_seen[key] = total
+        return max(0, total - before)

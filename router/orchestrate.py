@@ -26,6 +26,7 @@ stream, which aborts the request on the decode engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -61,11 +62,11 @@ log = logging.getLogger("pdserve.router")
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """A dispatched request: its prompt accounting and the decode stream."""
+    """A dispatched request: its prompt length and the decode stream. The prompt's cached
+    tokens are known to the request's observation (`RequestObservation.num_cached_tokens`)
+    once its prefill (remote, or local at the first token) reported them."""
 
     num_prompt_tokens: int
-    num_cached_tokens: int | None
-    """None for a local prefill: the decode engine reports it with its first chunk."""
     chunks: AsyncGenerator[DecodeChunk, None]
     """The decode stream; iterate it to the end, or `aclose()` it to abort the request."""
 
@@ -134,19 +135,19 @@ class Orchestrator:
         if decision is not None and decision.prefill_is_local:
             obs.dispatched(num_prompt, local_prefill=True)
             request = decode_request(prepared, decision, None, interval)
-            chunks = self._decode(request, obs, deadlines, prepared.stream)
-            return Generation(num_prompt, None, chunks)
+            chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
+            return Generation(num_prompt, chunks)
         obs.dispatched(num_prompt, local_prefill=False)
         result = await self._prefill_with_fallback(prepared, decision, obs, deadlines)
         if result is None:  # fell back to prefilling on the decode replica
             obs.dispatched(num_prompt, local_prefill=True)
             request = decode_request(prepared, decision, None, interval)
-            chunks = self._decode(request, obs, deadlines, prepared.stream)
-            return Generation(num_prompt, None, chunks)
+            chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
+            return Generation(num_prompt, chunks)
         obs.prefill_returned(result)
         request = decode_request(prepared, decision, result.handoff, interval)
-        chunks = self._decode(request, obs, deadlines, prepared.stream)
-        return Generation(result.num_prompt_tokens, result.num_cached_tokens, chunks)
+        chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
+        return Generation(result.num_prompt_tokens, chunks)
 
     async def _prefill_with_fallback(
         self,
@@ -168,7 +169,7 @@ class Orchestrator:
             failed, reason = request.target_replica_id, _failure_reason(exc)
             last: Exception = exc
         if action in ("retry", "retry_then_local"):
-            other = self._placer.other_prefill_replica(failed) if self._placer else None
+            other = self._placer.other_replica("prefill", failed) if self._placer else None
             if other is not None:
                 obs.fell_back(
                     "prefill", reason, "retry",
@@ -190,6 +191,63 @@ class Orchestrator:
             f"{decision.decode_replica_id}",
         )  # fmt: skip
         return None
+
+    async def _decode_with_fallback(
+        self,
+        request: DecodeRequest,
+        obs: RequestObservation,
+        deadlines: RequestDeadlines,
+        streaming: bool,
+    ) -> AsyncGenerator[DecodeChunk, None]:
+        """The decode stream, recovered per `router.fallback.decode` when it fails before its
+        first token: retried once on another healthy decode replica, which prefills the
+        prompt itself (the failed attempt released its handoff: its KV may be half-read).
+        A failure after the first token is never retried; it propagates (failure point
+        `decode_after_first_token`)."""
+        started = False
+        async with contextlib.aclosing(self._decode(request, obs, deadlines, streaming)) as first:
+            try:
+                async for chunk in first:
+                    started = True
+                    yield chunk
+                return
+            except Exception as exc:
+                if started:
+                    raise
+                failure = exc
+        retry = self._decode_retry(request, failure, obs, deadlines)
+        if retry is None:
+            raise failure
+        async with contextlib.aclosing(self._decode(retry, obs, deadlines, streaming)) as second:
+            async for chunk in second:
+                yield chunk
+
+    def _decode_retry(
+        self,
+        request: DecodeRequest,
+        failure: Exception,
+        obs: RequestObservation,
+        deadlines: RequestDeadlines,
+    ) -> DecodeRequest | None:
+        """The retry of a decode that failed before its first token, or None when there is
+        none: not configured, its first-token deadline ran out (504), or no other healthy
+        decode replica."""
+        if self._fallback.decode != "retry" or self._placer is None:
+            return None
+        if isinstance(failure, OpenAIError) or deadlines.first_token().seconds <= 0:
+            return None
+        failed = request.target_replica_id
+        other = self._placer.other_replica("decode", failed)
+        if other is None:
+            return None
+        obs.decode_moved(
+            other,
+            f"decode failed on {failed} (error) before its first token: retried on {other}, "
+            "prefilled there",
+        )
+        return replace(
+            request, request_id=f"{request.request_id}2", target_replica_id=other, handoff=None
+        )
 
     def _place(
         self, prepared: PreparedRequest, policy: PolicyName | None, obs: RequestObservation

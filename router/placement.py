@@ -17,7 +17,13 @@ from pdserve.router.block_hashes import block_hashes
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.state import OutstandingWork
-from pdserve.router.policy.types import Decision, PolicyName, RequestSummary
+from pdserve.router.policy.types import (
+    Decision,
+    PolicyName,
+    PoolName,
+    ReplicaSnapshot,
+    RequestSummary,
+)
 from pdserve.router.replica_view import ReplicaView
 
 
@@ -131,24 +137,31 @@ class Placer:
         """Decode streams this router has open on that replica."""
         return self._streams.get(decode_replica_id, 0)
 
-    def other_prefill_replica(self, failed: str | None) -> str | None:
-        """The least-loaded healthy prefill replica other than `failed` (for a retry), or
-        None when there is none."""
+    def other_replica(self, pool: PoolName, failed: str | None) -> str | None:
+        """The least-loaded healthy replica of `pool` other than `failed` (for a retry), or
+        None when there is none. Load: this router's outstanding prefill work (prefill) or
+        open streams (decode), then the engine's running + waiting requests."""
         self._view.refresh(self._clock())
-        others = [
-            s for s in self._view.snapshots("prefill") if s.healthy and s.replica_id != failed
-        ]
+        others = [s for s in self._view.snapshots(pool) if s.healthy and s.replica_id != failed]
         if not others:
             return None
-        best = min(
-            others,
-            key=lambda s: (
-                self._work.outstanding_s(s.replica_id),
-                s.num_waiting_requests + s.num_running_requests,
-                s.replica_id,
-            ),
-        )
-        return best.replica_id
+
+        def load(s: ReplicaSnapshot) -> tuple[float, int, str]:
+            mine = (
+                self._work.outstanding_s(s.replica_id)
+                if pool == "prefill"
+                else float(self._streams.get(s.replica_id, 0))
+            )
+            return mine, s.num_waiting_requests + s.num_running_requests, s.replica_id
+
+        return min(others, key=load).replica_id
+
+    def decode_moved(self, request_id: str, decode_replica_id: str) -> None:
+        """The request's decode now streams from `decode_replica_id` (a retry after its first
+        decode replica failed, whose stream `decode_done` already closed)."""
+        self.decode_done(request_id)
+        self._streams[decode_replica_id] = self._streams.get(decode_replica_id, 0) + 1
+        self._stream_of[request_id] = decode_replica_id
 
     def prefill_done(self, decision: Decision | None, request_id: str) -> None:
         """Call once when the request's prefill finished or failed (remote: the prefill call

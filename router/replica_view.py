@@ -101,9 +101,13 @@ class ReplicaView:
                         queued_prefill_tokens=int(stats.get("queued_prefill_tokens", 0)),
                         healthy=bool(stats),
                         kv_transfer_failures_total=int(stats.get("kv_transfer_failures_total", 0)),
+                        kv_expired_total=int(stats.get("kv_expired_total", 0)),
                     )
                 )
-                self._track(replica_id, stats)
+                if stats:
+                    self._track(replica_id, stats)
+                else:  # dead or frozen engine: its cached blocks are no reason to route there
+                    self._forget(replica_id)
             self._snapshots[pool] = snaps
         for gone in set(self._subscribers) - alive:
             self._forget(gone)
@@ -120,6 +124,8 @@ class ReplicaView:
             self._subscribers[replica_id] = sub
 
     def _forget(self, replica_id: str) -> None:
+        """Drop a replica's KV-event subscription and cached blocks (idempotent, cheap when
+        already forgotten)."""
         sub = self._subscribers.pop(replica_id, None)
         if sub is not None:
             import asyncio

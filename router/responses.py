@@ -61,8 +61,8 @@ class ResponseBuilder:
     model: str
     created: int
     num_prompt_tokens: int
-    num_cached_tokens: int | None
-    """None until known: a local prefill reports it with the first decode chunk."""
+    num_cached_tokens: int | None = None
+    """Set by the caller before `usage`/`body` (the request's observation knows it)."""
     num_completion_tokens: int = 0
     text_parts: list[str] = field(default_factory=list)
     logprob_items: list[TokenLogprob] = field(default_factory=list)
@@ -75,8 +75,6 @@ class ResponseBuilder:
 
     def add(self, chunk: DecodeChunk) -> None:
         """Fold a decode chunk into the totals (both streaming and not)."""
-        if self.num_cached_tokens is None:
-            self.num_cached_tokens = chunk.num_cached_tokens
         self.num_completion_tokens += len(chunk.token_ids)
         self.text_parts.append(chunk.text)
         if chunk.logprobs:

@@ -9,15 +9,20 @@ the replica's event loop.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+import time
 import zlib
 from collections.abc import Mapping
 from typing import Any
 
+import psutil
+
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
+from pdserve.engine.liveness import EngineLiveness
 from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
 from pdserve.kv_transfer.connector_config import engine_environment
 from pdserve.kv_transfer.ports import pick_free_port
@@ -27,8 +32,16 @@ from pdserve.router.policy.types import PoolName
 log = logging.getLogger("pdserve.engine")
 
 
+PING_PERIOD_S = 1.0
+"""How often the watchdog pings the engine process (one tiny utility call)."""
+
+
 class EngineRequestError(RuntimeError):
     """The engine failed a request (e.g. a failed KV pull under kv_load_failure_policy=fail)."""
+
+
+class EngineUnresponsiveError(RuntimeError):
+    """The engine process stopped answering (frozen or wedged); its replica must go."""
 
 
 def _prepare_process(
@@ -102,7 +115,8 @@ class EngineServer:
     """A vLLM AsyncLLM with NixlConnector for one role.
 
     Call `start()` once (30-60 s on CPU); then the pool's request code uses `engine` (the
-    AsyncLLM) concurrently; `shutdown()` once at the end.
+    AsyncLLM) concurrently; `shutdown()` once at the end. While it runs, a watchdog pings
+    the engine process every PING_PERIOD_S (see `EngineLiveness`).
     """
 
     def __init__(self, config: PdserveConfig, role: PoolName, model_path: str, replica_id: str):
@@ -112,6 +126,10 @@ class EngineServer:
         self._model_path = model_path
         self._counters = EngineCounters()
         self._engine: Any = None
+        pool = config.prefill if role == "prefill" else config.decode
+        self._liveness = EngineLiveness(pool.unresponsive_after_seconds, time.monotonic)
+        self._watchdog: asyncio.Task[None] | None = None
+        self._engine_procs: list[psutil.Process] = []
         self.side_channel_port, self.kv_events_endpoint = _prepare_process(config, role, replica_id)
 
     async def start(self) -> None:
@@ -129,7 +147,24 @@ class EngineServer:
             from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
 
             loggers.append(RayPrometheusStatLogger)
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
         self._engine = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
+        self._engine_procs = [
+            p for p in psutil.Process().children(recursive=True) if p.pid not in before
+        ]
+        self._liveness.answered()
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """Ping the engine process every PING_PERIOD_S and record each answer. A frozen
+        engine never answers (this call then waits until it does); a dead one raises."""
+        while self._engine is not None:
+            try:
+                await self._engine.is_sleeping()  # a round trip to the engine-core process
+            except Exception:  # dead: vLLM's own check_health reports it
+                return
+            self._liveness.answered()
+            await asyncio.sleep(PING_PERIOD_S)
 
     @property
     def engine(self) -> Any:
@@ -147,9 +182,21 @@ class EngineServer:
         """The engine was started and has died since (its process was killed or crashed)."""
         return self._engine is not None and bool(self._engine.errored)
 
+    @property
+    def unresponsive(self) -> bool:
+        """The engine runs but has not answered a ping for unresponsive_after_seconds."""
+        return self._engine is not None and self._liveness.unresponsive
+
     async def check_health(self) -> None:
-        """Raise if the engine cannot serve (vLLM's own health check: EngineDeadError once its
-        engine-core process is gone)."""
+        """Raise if the engine cannot serve: vLLM's own health check (EngineDeadError once its
+        engine-core process is gone), or EngineUnresponsiveError once it stopped answering
+        pings; an unresponsive engine's processes are killed first (a frozen process would
+        otherwise outlive its replica: it cannot act on a shutdown request)."""
+        if self.unresponsive:
+            reason = self._liveness.describe()
+            log.error("%s engine unresponsive: %s; killing it", self.role, reason)
+            self._kill_engine_processes()
+            raise EngineUnresponsiveError(reason)
         await self.engine.check_health()
 
     def routing_stats(self) -> dict[str, Any]:
@@ -158,9 +205,9 @@ class EngineServer:
         Plain JSON-able values; `kv_events_endpoint` None means this engine publishes no KV
         events (the router then falls back to its approximate prefix index). Empty once the
         engine is dead: the router's view marks the replica unhealthy and stops routing to
-        it while Ray Serve replaces it.
+        it while Ray Serve replaces it. Empty too while the engine is unresponsive.
         """
-        if self.dead:
+        if self.dead or self.unresponsive:
             return {}
         s = self._counters.snapshot()
         cache = self._engine.vllm_config.cache_config if self._engine is not None else None
@@ -172,10 +219,21 @@ class EngineServer:
             "num_kv_blocks": (cache.num_gpu_blocks or 0) if cache is not None else 0,
             "kv_events_endpoint": self.kv_events_endpoint,
             "kv_transfer_failures_total": s.num_kv_transfer_failures_total,
+            "kv_expired_total": s.num_kv_expired_total,
         }
+
+    def _kill_engine_processes(self) -> None:
+        """SIGKILL the processes the engine started (delivered even to a stopped process)."""
+        for proc in self._engine_procs:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
     def shutdown(self) -> None:
         """Stop the engine process now (idempotent; safe from `__del__`)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
+            self._kill_engine_processes()  # any that ignored the shutdown (frozen)

@@ -27,6 +27,9 @@ class EngineStats:
     """Output tokens this engine generated (an aborted request counts those made before it)."""
     num_kv_transfers_total: int
     num_kv_transfer_failures_total: int
+    """NIXL transfer, handshake and notification failures this engine saw."""
+    num_kv_expired_total: int
+    """Requests whose KV this (prefill) engine freed at the end of its lease, unpulled."""
     kv_transfer_bytes_total: int
     kv_transfer_seconds_total: float
 
@@ -45,6 +48,7 @@ class EngineCounters:
         self._generated = 0
         self._xfers = 0
         self._xfer_failures = 0
+        self._expired = 0
         self._xfer_bytes = 0
         self._xfer_seconds = 0.0
 
@@ -73,6 +77,7 @@ class EngineCounters:
             len(data.get(key) or [])
             for key in ("num_failed_transfers", "num_failed_handshakes", "num_failed_notifications")
         )
+        self._expired += len(data.get("num_kv_expired_reqs") or [])
 
     def snapshot(self) -> EngineStats:
         """The current counters."""
@@ -86,6 +91,7 @@ class EngineCounters:
             generation_tokens_total=self._generated,
             num_kv_transfers_total=self._xfers,
             num_kv_transfer_failures_total=self._xfer_failures,
+            num_kv_expired_total=self._expired,
             kv_transfer_bytes_total=self._xfer_bytes,
             kv_transfer_seconds_total=self._xfer_seconds,
         )

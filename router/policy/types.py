@@ -61,7 +61,8 @@ class ReplicaSnapshot:
 
     `queued_prefill_tokens` are prompt tokens waiting or being prefilled on the engine (all
     senders, not only this router). `kv_cache_usage` is the fraction of KV blocks in use.
-    `healthy=False` takes the replica out of routing without forgetting its cache contents.
+    `healthy=False` (it reports no stats: its engine is dead or unresponsive) takes the replica
+    out of routing; the router's view also forgets its cached blocks.
     """
 
     replica_id: str
@@ -73,6 +74,8 @@ class ReplicaSnapshot:
     healthy: bool = True
     kv_transfer_failures_total: int = 0
     """KV transfers the engine reported failed since it started (cumulative)."""
+    kv_expired_total: int = 0
+    """Requests whose KV the engine freed at the end of its lease, unpulled (cumulative)."""
 
     def __post_init__(self) -> None:
         if self.pool not in ("prefill", "decode"):

@@ -62,10 +62,15 @@ def test_connector_config_per_role_and_platform(
     assert kv["kv_connector"] == "NixlConnector"
     assert kv["kv_role"] == kv_role
     assert kv["kv_buffer_device"] == device
-    assert kv["kv_load_failure_policy"] == "fail"
+    assert kv["kv_load_failure_policy"] == "recompute"
     args = engine_args(cfg, role, "/models/x")  # type: ignore[arg-type]
     assert args["enable_prefix_caching"] is True
     assert args["kv_transfer_config"] == kv
+
+
+def test_kv_load_failure_policy_is_configurable() -> None:
+    cfg = PdserveConfig.model_validate({"kv_transfer": {"load_failure_policy": "fail"}})
+    assert kv_transfer_config(cfg, "decode")["kv_load_failure_policy"] == "fail"
 
 
 def test_engine_environment_sets_port_cores_and_marker() -> None:

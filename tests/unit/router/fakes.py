@@ -83,6 +83,8 @@ class FakeDispatcher:
     prefill_fails_on: frozenset[str] = frozenset()
     """Prefill replicas whose every prefill fails (a dead or broken replica)."""
     decode_fail_at: int | None = None
+    decode_fails_on: frozenset[str] = frozenset()
+    """Decode replicas whose every decode fails before its first token (a dead replica)."""
     decode_hang_at: int | None = None
     """Index of the chunk before which decode goes silent (a frozen engine)."""
     chunk_delay_s: float = 0.0
@@ -121,6 +123,8 @@ class FakeDispatcher:
         self.decodes.append(request)
         finished = False
         try:
+            if request.target_replica_id in self.decode_fails_on:
+                raise RuntimeError(f"decode replica {request.target_replica_id} died")
             for i, chunk in enumerate(self.chunks):
                 await asyncio.sleep(self.chunk_delay_s)
                 if self.decode_hang_at == i:
@@ -166,12 +170,13 @@ def placer(
     clock: StepClock | None = None,
     admission: AdmissionConfig | None = None,
     prefill_replicas: tuple[str, ...] = ("p0",),
+    decode_replicas: tuple[str, ...] = ("d0",),
 ) -> Placer:
     """A real Placer (policy 'pdserve') over prefill replicas `prefill_replicas` (default one,
-    'p0') and one decode replica 'd0'."""
+    'p0') and decode replicas `decode_replicas` (default one, 'd0')."""
     view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
     view.attach("prefill", FixedSource(list(prefill_replicas)))
-    view.attach("decode", FixedSource(["d0"], healthy=decode_healthy))
+    view.attach("decode", FixedSource(list(decode_replicas), healthy=decode_healthy))
     config = PolicyConfig(
         block_size_tokens=BLOCK_TOKENS, local_prefill_max_cold_tokens=local_prefill_max_cold_tokens
     )

@@ -117,43 +117,46 @@ async def test_policy_header_is_refused_unless_enabled() -> None:
     assert json.loads(resp.headers["x-pdserve-decision"])["policy"] == "round_robin"
 
 
-async def test_prefill_failure_is_an_openai_500_and_the_next_request_succeeds() -> None:
+async def test_prefill_failure_is_an_openai_502_and_the_next_request_succeeds() -> None:
     d = FakeDispatcher(prefill_error=RuntimeError("prefill replica died"))
     c = Client(d)
     body = {"model": MODEL, "prompt": LONG_PROMPT, "max_tokens": 3}
     resp = await c.http.post("/v1/completions", json=body, headers={"x-request-id": "r-9"})
-    assert resp.status_code == 500
+    assert resp.status_code == 502  # the prefill replica (upstream) failed
     error = resp.json()["error"]
     assert error["code"] == "prefill_failed" and "r-9" in error["message"]
     assert "died" not in error["message"]  # the exception text stays in the router's log
-    assert c.requests("completion", "none", "500") == 1
+    assert c.requests("completion", "none", "502") == 1
     d.prefill_error = None
     assert (await c.http.post("/v1/completions", json=body)).status_code == 200
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_decode_failure_before_the_first_token_is_an_http_500(stream: bool) -> None:
+async def test_decode_failure_before_the_first_token_is_an_http_502(stream: bool) -> None:
     c = Client(FakeDispatcher(decode_fail_at=0))
     body = {"model": MODEL, "prompt": LONG_PROMPT, "max_tokens": 3, "stream": stream}
-    resp = await c.http.post("/v1/completions", json=body)
-    assert resp.status_code == 500
-    assert resp.json()["error"]["type"] == "server_error"
-    assert c.requests("completion", "remote_prefill", "500") == 1
+    resp = await c.http.post("/v1/completions", json=body, headers={"x-request-id": "r-7"})
+    assert resp.status_code == 502
+    error = resp.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", "decode_failed")
+    assert "r-7" in error["message"]
+    assert c.requests("completion", "remote_prefill", "502") == 1
 
 
 async def test_decode_failure_mid_stream_ends_the_stream_with_an_error_event() -> None:
     d = FakeDispatcher(decode_fail_at=2)
     c = Client(d)
     body = {"model": MODEL, "prompt": LONG_PROMPT, "max_tokens": 3, "stream": True}
-    resp = await c.http.post("/v1/completions", json=body)
+    resp = await c.http.post("/v1/completions", json=body, headers={"x-request-id": "r-8"})
     assert resp.status_code == 200  # already streaming when decode failed
     payloads = sse_payloads(resp.text)
     assert "[DONE]" not in payloads
     assert [json.loads(p)["choices"][0]["text"] for p in payloads[:2]] == [" a", " b"]
     error = json.loads(payloads[-1])["error"]
     assert error["code"] == "decode_failed" and "mid-stream" in error["message"]
+    assert "r-8" in error["message"]
     assert "chunk 2" not in error["message"]
-    assert c.requests("completion", "remote_prefill", "500") == 1
+    assert c.requests("completion", "remote_prefill", "502") == 1
 
 
 async def test_ready_and_models() -> None:

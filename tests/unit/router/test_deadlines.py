@@ -79,9 +79,12 @@ def prepared(stream: bool, num_tokens: int = 640) -> PreparedRequest:
 
 
 def rig(
-    d: FakeDispatcher, local: bool = False, fallback: str = "fail"
+    d: FakeDispatcher, local: bool = False, fallback: str = "fail", decodes: int = 1
 ) -> tuple[Orchestrator, RouterObserver]:
-    the_placer = placer(local_prefill_max_cold_tokens=1000 if local else 0)
+    the_placer = placer(
+        local_prefill_max_cold_tokens=1000 if local else 0,
+        decode_replicas=tuple(f"d{i}" for i in range(decodes)),
+    )
     config = RouterConfig.model_validate({"deadlines": FAST, "fallback": {"prefill": fallback}})
     observer = RouterObserver(RouterMetrics(), the_placer)
     return Orchestrator(config, d, the_placer), observer
@@ -101,7 +104,8 @@ async def test_a_hung_prefill_is_a_504_and_its_call_is_cancelled() -> None:
 @pytest.mark.parametrize("stream", [False, True])
 async def test_no_first_token_in_time_is_a_504_and_decode_is_aborted(stream: bool) -> None:
     d = FakeDispatcher(decode_hang_at=0)
-    orchestrator, observer = rig(d, local=True)
+    # Another decode replica is there, but a missed first-token deadline is not retried.
+    orchestrator, observer = rig(d, local=True, decodes=2)
     obs = observer.start("completion", "slow", "slow-1", time.monotonic())
     gen = await orchestrator.run(prepared(stream, num_tokens=20), obs, None)
     with pytest.raises(OpenAIError) as err:

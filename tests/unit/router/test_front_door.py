@@ -234,7 +234,7 @@ async def test_a_server_error_names_a_code_and_the_request_id_but_no_internals()
     async with client(d) as c:
         body = {**COMPLETION, "prompt": LONG}
         resp = await c.post("/v1/completions", json=body, headers={"x-request-id": "trace-me"})
-    assert resp.status_code == 500
+    assert resp.status_code == 502
     error = resp.json()["error"]
     assert error == {
         "message": "the prefill failed (request trace-me); the router log has the details",

@@ -47,7 +47,11 @@ class Rig:
     """One router replica's request path, wired like router/deployment.py does."""
 
     def __init__(
-        self, dispatcher: FakeDispatcher, the_placer: Placer | None, fallback: str = "fail"
+        self,
+        dispatcher: FakeDispatcher,
+        the_placer: Placer | None,
+        fallback: str = "fail",
+        decode_fallback: str = "retry",
     ):
         self.dispatcher = dispatcher
         self.placer = the_placer
@@ -56,7 +60,10 @@ class Rig:
             self.metrics, the_placer, kv_bytes_per_token=100, clock=StepClock()
         )
         config = RouterConfig.model_validate(
-            {"stream_batch_interval_ms": 50, "fallback": {"prefill": fallback}}
+            {
+                "stream_batch_interval_ms": 50,
+                "fallback": {"prefill": fallback, "decode": decode_fallback},
+            }
         )
         self.orchestrator = Orchestrator(config, dispatcher, the_placer, clock=StepClock())
 
@@ -94,7 +101,7 @@ async def test_remote_prefill_sends_each_pool_its_message_and_observes_everythin
     assert dec.handoff is not None and dec.handoff.num_blocks == LONG // BLOCK_TOKENS
     assert dec.batch_interval_s == math.inf  # not streaming: first token, then the rest
     assert [c.text for c in got] == [" a", " b", " c"]
-    assert (gen.num_prompt_tokens, gen.num_cached_tokens) == (LONG, 3)
+    assert (gen.num_prompt_tokens, obs.num_cached_tokens) == (LONG, 3)
 
     stages = obs.timeline.stages()
     assert list(stages) == [
@@ -124,10 +131,11 @@ async def test_local_prefill_sends_only_a_decode_request_and_frees_it_at_first_t
     obs = r.start()
     gen = await r.orchestrator.run(prepared(SHORT, stream=True), obs, None)
     assert obs.decision is not None and obs.decision.prefill_is_local
-    assert gen.num_cached_tokens is None  # known only from the decode engine's first chunk
+    assert obs.num_cached_tokens is None  # known only from the decode engine's first chunk
     assert r.placer is not None and r.placer.queued_prefill_tokens("decode") == SHORT
 
     first = await anext(gen.chunks)
+    assert obs.num_cached_tokens == 5
     assert r.placer.queued_prefill_tokens("decode") == 0  # the local prefill is done
     rest = await drain(gen.chunks)
     obs.ended(200)
@@ -375,3 +383,86 @@ async def test_a_client_gone_before_the_first_token_releases_the_handoff() -> No
     await asyncio.sleep(0.01)
     assert r.dispatcher.released == ["req-p"]
     assert r.dispatcher.aborted == ["req-1-abcd-d"]
+
+
+# ---- decode fallback (router.fallback.decode) --------------------------------------------
+
+
+def two_decode_rig(decode_fallback: str = "retry", **dispatcher_args: Any) -> Rig:
+    return Rig(
+        FakeDispatcher(**dispatcher_args),
+        placer(decode_replicas=("d0", "d1")),
+        decode_fallback=decode_fallback,
+    )
+
+
+async def test_a_decode_failing_before_its_first_token_is_retried_on_another_replica() -> None:
+    r = two_decode_rig(decode_fails_on=frozenset({"d0"}))
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG, stream=True), obs, None)
+    first = await anext(gen.chunks)
+    assert r.placer is not None
+    assert (r.placer.open_streams("d0"), r.placer.open_streams("d1")) == (0, 1)
+    rest = await drain(gen.chunks)
+    obs.ended(200)
+
+    assert [c.text for c in [first, *rest]] == [" a", " b", " c"]
+    failed, retried = r.dispatcher.decodes
+    assert (failed.target_replica_id, failed.handoff is not None) == ("d0", True)
+    # The retry prefills on d1 itself: the first handoff's KV may be half-read by d0.
+    assert (retried.target_replica_id, retried.handoff) == ("d1", None)
+    assert retried.request_id != failed.request_id
+    assert r.dispatcher.released == [failed.handoff.remote_request_id]  # type: ignore[union-attr]
+    assert r.sample("pdserve_fallbacks_total", stage="decode", reason="error",
+                    action="retry") == 1  # fmt: skip
+    assert obs.fallbacks and "retried on d1" in obs.fallbacks[0]
+    assert obs.timeline.local_prefill and obs.num_cached_tokens == first.num_cached_tokens
+    assert r.placer.open_streams("d1") == 0
+    assert r.sample("pdserve_requests_total", endpoint="completion",
+                    decision="local_prefill", status="200") == 1  # fmt: skip
+
+
+async def test_a_decode_failing_after_its_first_token_is_not_retried() -> None:
+    r = two_decode_rig(decode_fail_at=2)
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG, stream=True), obs, None)
+    got = []
+    with pytest.raises(RuntimeError, match="decode engine failed at chunk 2"):
+        async for chunk in gen.chunks:
+            got.append(chunk)
+    obs.ended(502)
+    assert len(got) == 2 and len(r.dispatcher.decodes) == 1
+    assert obs.failure_point == "decode_after_first_token" and obs.fallbacks == []
+
+
+@pytest.mark.parametrize(
+    ("decode_fallback", "replicas"), [("fail", ("d0", "d1")), ("retry", ("d0",))]
+)
+async def test_no_decode_retry_when_off_or_no_other_replica(
+    decode_fallback: str, replicas: tuple[str, ...]
+) -> None:
+    r = Rig(
+        FakeDispatcher(decode_fails_on=frozenset({"d0"})),
+        placer(decode_replicas=replicas),
+        decode_fallback=decode_fallback,
+    )
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG, stream=True), obs, None)
+    with pytest.raises(RuntimeError, match="decode replica d0 died"):
+        await anext(gen.chunks)
+    obs.ended(502)
+    assert len(r.dispatcher.decodes) == 1
+    assert obs.failure_point == "decode_before_first_token"
+    assert r.sample("pdserve_fallbacks_total", stage="decode", reason="error",
+                    action="retry") == 0  # fmt: skip
+
+
+async def test_a_client_gone_during_a_decode_retry_aborts_it() -> None:
+    r = two_decode_rig(decode_fails_on=frozenset({"d0"}), chunk_delay_s=0.05)
+    obs = r.start()
+    gen = await r.orchestrator.run(prepared(LONG, stream=True), obs, None)
+    await anext(gen.chunks)
+    await gen.chunks.aclose()  # the client went away mid-stream on the retried replica
+    obs.ended(499)
+    assert r.dispatcher.aborted[-1] == r.dispatcher.decodes[1].request_id
+    assert r.placer is not None and r.placer.open_streams("d1") == 0

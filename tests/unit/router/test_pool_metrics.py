@@ -37,3 +37,22 @@ def test_engine_kv_transfer_failures_become_a_router_counter() -> None:
     observer.update_pool_gauges()  # nothing new: counted once
     assert _failures(metrics, "decode") == 4
     assert _failures(metrics, "prefill") == 0
+
+
+def test_engine_expired_kv_becomes_a_router_counter_per_pool() -> None:
+    prefill = FixedSource(["p0"])
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", prefill)
+    view.attach("decode", FixedSource(["d0"]))
+    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
+    metrics = RouterMetrics()
+    observer = RouterObserver(metrics, placer)
+
+    observer.update_pool_gauges()
+    prefill.replicas()[0][1]["kv_expired_total"] = 2  # p0's lease freed two unpulled KVs
+    observer.update_pool_gauges()
+    observer.update_pool_gauges()
+    get = metrics.registry.get_sample_value
+    assert get("pdserve_kv_expired_total", {"pool": "prefill"}) == 2
+    assert (get("pdserve_kv_expired_total", {"pool": "decode"}) or 0.0) == 0
+    assert _failures(metrics, "prefill") == 0  # a separate counter

@@ -143,3 +143,49 @@ def bench_overload(
             console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
         raise typer.Exit(2) from exc
     raise typer.Exit(run_overload(cfg, console))
+
+
+def _fopt(field: str, flag: str | None = None) -> Any:
+    from pdserve.bench.faults_config import FaultsConfig
+
+    return _option(FaultsConfig, field, flag)
+
+
+def bench_faults(
+    url: Annotated[str | None, _fopt("url")] = None,
+    model: Annotated[str | None, _fopt("model")] = None,
+    ray_port: Annotated[int | None, _fopt("ray_port")] = None,
+    faults: Annotated[str | None, _fopt("faults")] = None,
+    clients: Annotated[int | None, _fopt("clients")] = None,
+    rate_per_s: Annotated[float | None, _fopt("rate_per_s", "--rate")] = None,
+    prompt_words: Annotated[int | None, _fopt("prompt_words")] = None,
+    output_tokens: Annotated[int | None, _fopt("output_tokens")] = None,
+    policy: Annotated[str | None, _fopt("policy")] = None,
+    warmup_s: Annotated[float | None, _fopt("warmup_s")] = None,
+    tail_s: Annotated[float | None, _fopt("tail_s")] = None,
+    recover_timeout_s: Annotated[float | None, _fopt("recover_timeout_s")] = None,
+    request_timeout_s: Annotated[float | None, _fopt("request_timeout_s")] = None,
+    json_path: Annotated[pathlib.Path | None, _fopt("json_path", "--json")] = None,
+) -> None:
+    """Fault test of a local cluster: under a steady stream load, kill or freeze a real
+    prefill engine, kill the decode engine mid-stream, and abandon requests between prefill
+    and decode; print the reliability table (sent, succeeded, fell back, failed cleanly, lost,
+    time to recover). Exit 1 if a request was lost or the cluster did not recover."""
+    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from pdserve.bench.faults_config import FaultsConfig
+    from pdserve.bench.faults_run import run_bench_faults
+
+    console = Console()
+    try:
+        if "faults" in options:
+            options["faults"] = tuple(f.strip() for f in options["faults"].split(",") if f.strip())
+        cfg = FaultsConfig(**options)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "options"
+            console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
+        raise typer.Exit(2) from exc
+    raise typer.Exit(run_bench_faults(cfg, console))

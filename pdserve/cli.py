@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from pdserve.bench.cli import bench, bench_overload
+from pdserve.bench.cli import bench, bench_faults, bench_overload
 from pdserve.config import ConfigError, PdserveConfig, load_config
 from pdserve.kv_transfer.fabric_check.cli import kv_check
 from pdserve.profiling.cli import profile
@@ -186,6 +186,10 @@ app.command(
     "bench-overload",
     short_help="Overload test: 429s fast, no 5xx or hangs, admitted TTFT bounded (exit 1 if not).",
 )(bench_overload)  # pdserve.bench
+app.command(
+    "bench-faults",
+    short_help="Fault test: kill/freeze real engines under load; reliability table (exit 1: lost).",
+)(bench_faults)  # pdserve.bench
 
 
 @app.command("config-schema")

@@ -47,6 +47,10 @@ def _serve_env(config: PdserveConfig) -> dict[str, str]:
     return {
         "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
         "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+        # The throughput mode buffers 1,000 log records per replica before writing: with
+        # access logs off, what is logged (pdserve's warnings: failures, fallbacks, dead
+        # engines) is rare and wanted at once.
+        "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
         "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 64),
     }
@@ -283,11 +287,13 @@ def down(log: Callable[[str], None]) -> None:
         log("[yellow]still there after stopping:[/yellow] " + "; ".join(left))
 
 
-def leftovers(ray_port: int, shm_before: set[str]) -> list[str]:
-    """What a stopped cluster left behind: its Ray processes, its engine processes, and
-    vLLM/Ray /dev/shm buffers no live process uses that were not there before (`shm_before`).
-    Empty when `down` did its job."""
-    found = [f"Ray process {p.pid}" for p in _own_ray_processes(ray_port) if _alive(p)]
+def leftovers(ray_port: int, shm_before: set[str], ports: Iterable[int] = ()) -> list[str]:
+    """What a stopped cluster left behind: its Ray processes, its engine processes, vLLM/Ray
+    /dev/shm buffers no live process uses that were not there before (`shm_before`), and any
+    of `ports` (e.g. the router's) still listening. Empty when `down` did its job."""
+    listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
+    found = [f"port {port} still listening" for port in ports if port in listening]
+    found += [f"Ray process {p.pid}" for p in _own_ray_processes(ray_port) if _alive(p)]
     found += [f"engine process {p.pid}" for p in _own_engines(ray_port) if _alive(p)]
     found += [
         f"shared memory {path}" for path in stale_shm(_shm_snapshot(), shm_before, _shm_in_use())

@@ -32,12 +32,14 @@ from pdserve.router.prompts import PromptRenderer
 from pdserve.router.replica_view import ReplicaSource, ReplicaView
 from pdserve.router.status import ClusterStatus
 from pdserve.router.tracing import RequestTracer
+from pdserve.serve_logs import log_to_serve
 
 
 class Router:
     """Ingress replica: owns the tokenizer, metrics, the replica view and the dispatcher."""
 
     def __init__(self, config: dict[str, Any], prefill: Any, decode: Any):
+        log_to_serve()
         # This process serves only the router: drop the *_created series from /metrics.
         prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self._config = PdserveConfig.model_validate(config)
@@ -47,7 +49,10 @@ class Router:
         mode = router.prefix_index
         if mode == "auto":
             mode = "events" if uses_events else "approximate"
-        self._view = ReplicaView(PrefixIndex(mode=mode))
+        # Stats older than 20 polls (10 s by default): the replica's actor is stuck or gone.
+        self._view = ReplicaView(
+            PrefixIndex(mode=mode), stale_after_s=20 * router.routing_stats_period_seconds
+        )
         placer = Placer(
             router.routing, self._view, policy=router.policy, admission=router.admission
         )

@@ -41,7 +41,7 @@ log = logging.getLogger("pdserve.router")
 
 # Bounded label values of pdserve_fallbacks_total.
 FallbackStage = Literal["prefill", "decode"]
-FallbackReason = Literal["error", "timeout"]
+FallbackReason = Literal["error", "timeout", "unhealthy"]
 FallbackAction = Literal["retry", "local"]
 
 

@@ -30,8 +30,9 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from pdserve.config import RouterConfig
 from pdserve.kv_transfer.params import KVHandoff
@@ -48,16 +49,30 @@ from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
 from pdserve.router.observe import FallbackReason, RequestObservation
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName
+from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName, PoolName
 from pdserve.router.prepare import PreparedRequest
+
+HEALTH_POLL_S = 0.5
+"""How often a waiting prefill call checks that its replica is still healthy."""
+
+
+class ReplicaUnhealthyError(RuntimeError):
+    """The replica serving a call turned unhealthy (its engine died or stopped answering)
+    while the router waited for it; the call was cancelled."""
+
+    def __init__(self, pool: str, replica_id: str):
+        super().__init__(f"{pool} replica {replica_id} turned unhealthy during the call")
 
 
 def _failure_reason(exc: BaseException) -> FallbackReason:
     """The bounded `reason` label of a failed stage."""
+    if isinstance(exc, ReplicaUnhealthyError):
+        return "unhealthy"
     return "timeout" if isinstance(exc, OpenAIError) and exc.status == 504 else "error"
 
 
 log = logging.getLogger("pdserve.router")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,10 +286,14 @@ class Orchestrator:
     async def _prefill(
         self, request: PrefillRequest, obs: RequestObservation, budget: Budget
     ) -> PrefillResult:
-        """Failure point `prefill`: the prefill is no longer outstanding either way."""
+        """Failure point `prefill`: the prefill is no longer outstanding either way. The call
+        is abandoned (cancelled, so the engine aborts it) when its deadline passes, or as soon
+        as the router's view marks its replica unhealthy (a frozen engine never answers)."""
         try:
             async with asyncio.timeout(budget.seconds):
-                return await self._dispatcher.prefill(request)
+                return await self._while_healthy(
+                    "prefill", request.target_replica_id, self._dispatcher.prefill(request)
+                )
         except TimeoutError as exc:
             obs.failed("prefill", exc)
             raise OpenAIError(504, budget.message(), code=budget.code) from exc
@@ -283,6 +302,28 @@ class Orchestrator:
             raise
         finally:
             obs.prefill_ended()
+
+    async def _while_healthy(
+        self, pool: PoolName, replica_id: str | None, call: Coroutine[Any, Any, _T]
+    ) -> _T:
+        """Await `call`; raise ReplicaUnhealthyError (cancelling it) once `replica_id` is no
+        longer healthy in the router's view (checked every HEALTH_POLL_S). Without a placer
+        or a target replica this is a plain await."""
+        if self._placer is None or replica_id is None:
+            return await call
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=HEALTH_POLL_S)
+                if done:
+                    return task.result()
+                if not self._placer.is_healthy(pool, replica_id):
+                    raise ReplicaUnhealthyError(pool, replica_id)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     async def _decode(
         self,

@@ -19,6 +19,7 @@ from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.state import OutstandingWork
 from pdserve.router.policy.types import (
     Decision,
+    NoReplicaError,
     PolicyName,
     PoolName,
     ReplicaSnapshot,
@@ -65,10 +66,15 @@ class Placer:
         policy: PolicyName | None,
     ) -> Decision | None:
         """The decision for one request; None until the replica view is ready (the first
-        requests after start-up are then placed by load alone)."""
+        requests after start-up are then placed by load alone). Raises NoReplicaError (503)
+        when a pool that had replicas has none left (all dead or being replaced): waiting
+        in Ray Serve's queue for a replacement engine would hold the request for minutes."""
         now = self._clock()
         self._view.refresh(now)
         if not self._view.ready:
+            empty = self._view.emptied_pool()
+            if empty is not None:  # it served before: a pool lost every replica
+                raise NoReplicaError(empty, "every replica is gone or being replaced")
             return None
         block_size = self._view.block_size_tokens
         if block_size != self._policy.config.block_size_tokens:
@@ -155,6 +161,12 @@ class Placer:
             return mine, s.num_waiting_requests + s.num_running_requests, s.replica_id
 
         return min(others, key=load).replica_id
+
+    def is_healthy(self, pool: PoolName, replica_id: str) -> bool:
+        """Whether `replica_id` is in `pool` and reports routing stats (its engine is alive
+        and answering)."""
+        self._view.refresh(self._clock())
+        return any(s.replica_id == replica_id and s.healthy for s in self._view.snapshots(pool))
 
     def decode_moved(self, request_id: str, decode_replica_id: str) -> None:
         """The request's decode now streams from `decode_replica_id` (a retry after its first

@@ -9,6 +9,7 @@ events, feeding the shared `PrefixIndex`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pdserve.router.kv_events import KVEventSubscriber
@@ -25,8 +26,18 @@ class ReplicaSource(Protocol):
 class ReplicaView:
     """Snapshots and prefix index for both pools. Not thread-safe; used on the router's loop."""
 
-    def __init__(self, index: PrefixIndex, refresh_interval_s: float = 0.05):
+    def __init__(
+        self,
+        index: PrefixIndex,
+        refresh_interval_s: float = 0.05,
+        stale_after_s: float = 10.0,
+        wall_clock: Callable[[], float] = time.time,
+    ):
+        """A replica whose last routing stats are older than `stale_after_s` (by the wall-clock
+        time it stamped them with: its actor is stuck or gone) counts as unhealthy."""
         self.index = index
+        self._stale_after_s = stale_after_s
+        self._wall_clock = wall_clock
         self._sources: dict[PoolName, ReplicaSource] = {}
         self._snapshots: dict[PoolName, list[ReplicaSnapshot]] = {"prefill": [], "decode": []}
         self._subscribers: dict[str, KVEventSubscriber] = {}
@@ -47,6 +58,14 @@ class ReplicaView:
     def ready(self) -> bool:
         """True once both pools are attached and have replicas with a known block size."""
         return bool(self._snapshots["prefill"] and self._snapshots["decode"] and self._block_size)
+
+    def emptied_pool(self) -> PoolName | None:
+        """A pool without replicas although the view has been ready before (it knows the
+        engines' block size): its replicas died or are being replaced. None otherwise."""
+        if not (self.attached and self._block_size):
+            return None
+        pools: tuple[PoolName, ...] = ("prefill", "decode")
+        return next((pool for pool in pools if not self._snapshots[pool]), None)
 
     @property
     def block_size_tokens(self) -> int:
@@ -87,10 +106,12 @@ class ReplicaView:
             return
         self._refreshed_at = now
         alive: set[str] = set()
+        wall_now = self._wall_clock()
         for pool, source in self._sources.items():
             snaps = []
-            for replica_id, stats in source.replicas():
+            for replica_id, reported in source.replicas():
                 alive.add(replica_id)
+                stats = {} if self._stale(reported, wall_now) else reported
                 snaps.append(
                     ReplicaSnapshot(
                         replica_id=replica_id,
@@ -111,6 +132,11 @@ class ReplicaView:
             self._snapshots[pool] = snaps
         for gone in set(self._subscribers) - alive:
             self._forget(gone)
+
+    def _stale(self, stats: dict[str, Any], wall_now: float) -> bool:
+        """Stats stamped (`reported_at_s`) longer than stale_after_s ago."""
+        stamped = stats.get("reported_at_s")
+        return stamped is not None and wall_now - float(stamped) > self._stale_after_s
 
     def _track(self, replica_id: str, stats: dict[str, Any]) -> None:
         if stats.get("block_size_tokens"):

@@ -16,6 +16,7 @@ from pdserve.engine.server import EngineServer
 from pdserve.engine.stats import EngineStats
 from pdserve.model_source import resolve_model
 from pdserve.router.policy.types import PoolName
+from pdserve.serve_logs import log_to_serve
 
 
 def _replica_id() -> str:
@@ -30,6 +31,7 @@ class PoolReplica:
     role: ClassVar[PoolName]
 
     async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]
+        log_to_serve()
         self._config = PdserveConfig.model_validate(config)
         self._server = EngineServer(
             self._config, self.role, resolve_model(self._config.model), _replica_id()

@@ -220,6 +220,8 @@ class EngineServer:
             "kv_events_endpoint": self.kv_events_endpoint,
             "kv_transfer_failures_total": s.num_kv_transfer_failures_total,
             "kv_expired_total": s.num_kv_expired_total,
+            # Wall clock (the router may run on another node): lets it spot stale stats.
+            "reported_at_s": time.time(),
         }
 
     def _kill_engine_processes(self) -> None:

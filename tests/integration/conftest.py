@@ -162,10 +162,13 @@ def start_cluster(
     ray_port: int,
     metrics_port: int,
     api_key: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[Cluster, dict[str, str]]:
-    """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is);
-    returns the cluster and the env for `down`."""
+    """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is),
+    with `overrides` merged into the config file's settings; returns the cluster and the env
+    for `down`."""
     raw = yaml.safe_load((ROOT / "deploy" / config_file).read_text())
+    _merge(raw, overrides or {})
     raw["router"]["port"] = router_port
     cfg_path = tmp / "test.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
@@ -187,12 +190,23 @@ def start_cluster(
     return Cluster(url, cfg, resolve_model(cfg.model), api_key), env
 
 
-def stop_cluster(env: dict[str, str], shm_before: set[str] | None = None) -> None:
+def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def stop_cluster(
+    env: dict[str, str], shm_before: set[str] | None = None, ports: tuple[int, ...] = ()
+) -> None:
     """`pdserve down`; with `shm_before` (the /dev/shm entries before `up`), also assert that
-    nothing of the cluster is left: no Ray or engine process, no stale buffer."""
+    nothing of the cluster is left: no Ray or engine process, no stale buffer, none of `ports`
+    listening."""
     down = subprocess.run([PDSERVE, "down"], env=env, capture_output=True, text=True, timeout=120)
     if shm_before is not None:
-        left = local_cluster.leftovers(int(env["PDSERVE_RAY_PORT"]), shm_before)
+        left = local_cluster.leftovers(int(env["PDSERVE_RAY_PORT"]), shm_before, ports)
         assert not left, f"`pdserve down` left behind: {left}\n{down.stdout[-2000:]}"
 
 
@@ -211,7 +225,7 @@ def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
         "PDSERVE_RAY_PORT": str(RAY_PORT),
         "PDSERVE_RAY_METRICS_PORT": str(RAY_METRICS_PORT),
     }
-    env.pop("PDSERVE_API_KEY", None)  # this cluster's API is open (test_routing's has a key)
+    env.pop("PDSERVE_API_KEY", None)  # this cluster's API is open (two_prefill's has a key)
     reference = _start_reference(model_path, cfg, tmp / "reference.log")
     pdserve = str(pathlib.Path(sys.executable).with_name("pdserve"))
     up = run_up(pdserve, cfg_path, env)

@@ -80,6 +80,8 @@ class FakeDispatcher:
     num_cached_prefill: int = 3
     prefill_error: Exception | None = None
     prefill_hangs: bool = False
+    prefill_hangs_on: frozenset[str] = frozenset()
+    """Prefill replicas whose every prefill hangs (a frozen engine)."""
     prefill_fails_on: frozenset[str] = frozenset()
     """Prefill replicas whose every prefill fails (a dead or broken replica)."""
     decode_fail_at: int | None = None
@@ -100,7 +102,7 @@ class FakeDispatcher:
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
         self.prefills.append(request)
         await asyncio.sleep(0)
-        if self.prefill_hangs:
+        if self.prefill_hangs or request.target_replica_id in self.prefill_hangs_on:
             try:
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:

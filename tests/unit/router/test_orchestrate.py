@@ -18,11 +18,15 @@ from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RequestObservation, RouterObserver
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
+from pdserve.router.policy.config import PolicyConfig
+from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.prepare import PreparedRequest
+from pdserve.router.replica_view import ReplicaView
 from tests.unit.router.fakes import (
     BLOCK_TOKENS,
     PREFILL_TIMES,
     FakeDispatcher,
+    FixedSource,
     StepClock,
     chunks_of,
     placer,
@@ -466,3 +470,24 @@ async def test_a_client_gone_during_a_decode_retry_aborts_it() -> None:
     obs.ended(499)
     assert r.dispatcher.aborted[-1] == r.dispatcher.decodes[1].request_id
     assert r.placer is not None and r.placer.open_streams("d1") == 0
+
+
+async def test_a_prefill_whose_replica_turns_unhealthy_is_moved_without_its_deadline() -> None:
+    prefill = FixedSource(["p0", "p1"])
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", prefill)
+    view.attach("decode", FixedSource(["d0"]))
+    the_placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
+    r = Rig(FakeDispatcher(prefill_hangs_on=frozenset({"p0"})), the_placer, "retry_then_local")
+    obs = r.start()
+    run = asyncio.ensure_future(r.orchestrator.run(prepared(LONG), obs, None))
+    await asyncio.sleep(0.3)
+    assert not run.done()  # p0's engine is frozen: its prefill hangs, p0 still looks healthy
+    prefill.replicas()[0][1].clear()  # p0 stops reporting (its engine stopped answering)
+    gen = await asyncio.wait_for(run, timeout=2)  # moved within a health poll, not 60 s
+    await drain(gen.chunks)
+    obs.ended(200)
+    assert [p.target_replica_id for p in r.dispatcher.prefills] == ["p0", "p1"]
+    assert r.dispatcher.aborted[0] == r.dispatcher.prefills[0].request_id  # p0's call cancelled
+    assert r.sample("pdserve_fallbacks_total", stage="prefill", reason="unhealthy",
+                    action="retry") == 1  # fmt: skip

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
+from pdserve.router.placement import Placer
+from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.policy.types import NoReplicaError
 from pdserve.router.replica_view import ReplicaView
-from tests.unit.router.fakes import FixedSource
+from tests.unit.router.fakes import BLOCK_TOKENS, FixedSource
 
 
 def test_a_replica_that_stops_reporting_is_unhealthy_and_its_blocks_forgotten() -> None:
@@ -25,3 +30,37 @@ def test_a_replica_that_stops_reporting_is_unhealthy_and_its_blocks_forgotten() 
     assert view.index.num_tracked_blocks("p1") == 2  # the healthy one keeps its blocks
     view.refresh()  # forgetting again is harmless
     assert view.index.num_tracked_blocks("p1") == 2
+
+
+def test_stats_stamped_too_long_ago_make_a_replica_unhealthy() -> None:
+    now_s = [1000.0]
+    decode = FixedSource(["d0"])
+    view = ReplicaView(
+        PrefixIndex(mode="approximate"),
+        refresh_interval_s=0.0,
+        stale_after_s=10.0,
+        wall_clock=lambda: now_s[0],
+    )
+    view.attach("prefill", FixedSource(["p0"]))
+    view.attach("decode", decode)
+    decode.replicas()[0][1]["reported_at_s"] = 995.0
+    view.refresh()
+    assert view.snapshots("decode")[0].healthy  # 5 s old: fresh enough
+    now_s[0] = 1006.0  # no new report for 11 s: the replica's actor is stuck
+    view.refresh()
+    assert not view.snapshots("decode")[0].healthy
+    assert view.snapshots("prefill")[0].healthy  # reports without a stamp are not judged
+
+
+def test_a_pool_that_lost_every_replica_is_a_503_not_a_wait() -> None:
+    decode = FixedSource(["d0"])
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", FixedSource(["p0"]))
+    assert view.emptied_pool() is None  # start-up: not attached, never ready
+    view.attach("decode", decode)
+    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
+    assert placer.place("r1", list(range(100)), 0, None) is not None
+    decode.replicas().clear()  # the only decode replica was stopped; its replacement starts
+    with pytest.raises(NoReplicaError) as err:
+        placer.place("r2", list(range(100)), 0, None)
+    assert err.value.pool == "decode"

@@ -1,0 +1,45 @@
+"""A second cluster, 2 prefill + 1 decode (deploy/local-2p1d.yaml) started with an API key, for
+this package's tests: routing between prefill replicas, and faults in their engines. Started
+once for the package and stopped after it; `down` must then leave nothing behind, even after
+the engines the fault tests killed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pdserve import local_cluster
+from tests.integration.conftest import Cluster, start_cluster, stop_cluster
+
+API_KEY = "sk-pdserve-test-4f1c"
+RAY_PORT_2P1D = 6396
+ROUTER_PORT_2P1D = 18200
+RAY_METRICS_PORT_2P1D = 8084
+UNRESPONSIVE_AFTER_S = 5.0
+"""A frozen engine is found this fast here (the default, 15 s, only makes the test longer)."""
+
+
+@pytest.fixture(scope="package")
+def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    shm_before = local_cluster.shm_snapshot()
+    cluster, env = start_cluster(
+        "local-2p1d.yaml",
+        tmp_path_factory.mktemp("2p1d"),
+        ROUTER_PORT_2P1D,
+        RAY_PORT_2P1D,
+        RAY_METRICS_PORT_2P1D,
+        api_key=API_KEY,
+        overrides={
+            "prefill": {"unresponsive_after_seconds": UNRESPONSIVE_AFTER_S},
+            # Above the client-gone test's decode stall (bench-faults' gone_stall_s, 8 s).
+            "decode": {"unresponsive_after_seconds": 12.0},
+        },
+    )
+    try:
+        yield cluster
+    finally:
+        # After the engine kills of test_faults: `down` must still leave nothing behind.
+        stop_cluster(
+            env, shm_before, ports=(ROUTER_PORT_2P1D, RAY_PORT_2P1D, RAY_METRICS_PORT_2P1D)
+        )

@@ -1,0 +1,146 @@
+"""Faults in the real engines of the 2 prefill + 1 decode cluster, under a steady stream load
+(`pdserve bench-faults`' own runner: real Ray Serve, vLLM, NIXL, HTTP). Run after the routing
+tests (this file sorts after them): each test waits until the cluster has recovered.
+
+- clients leave between prefill and decode: the prefill engines free the KV in seconds;
+- a prefill engine frozen (SIGSTOP), then one killed (SIGKILL): no request fails, the
+  affected ones are recovered by the prefill fallback, the replica is replaced and serves;
+- the decode engine killed mid-stream: every stream ends with a clean error event within
+  10 s, nothing hangs or is lost, and requests succeed again once it is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from pdserve.bench.faults import FaultName, verdict
+from pdserve.bench.faults_config import FaultsConfig
+from pdserve.bench.faults_run import FaultRun, FaultRunner
+from tests.integration.conftest import Cluster
+from tests.integration.texts import text_of_words
+from tests.integration.two_prefill.conftest import API_KEY, RAY_PORT_2P1D
+
+ENGINE_START_S = 240
+"""Longest a replaced replica may take to serve (its engine starts in ~35 s on an idle
+machine; the CI machine is slower and busy)."""
+
+
+def run_fault(cluster: Cluster, fault: FaultName, **options: object) -> FaultRun:
+    cfg = FaultsConfig(
+        url=cluster.url,
+        ray_port=RAY_PORT_2P1D,
+        clients=4,
+        warmup_s=3,
+        tail_s=4,
+        recover_timeout_s=ENGINE_START_S,
+        request_timeout_s=90,
+        **options,  # type: ignore[arg-type]
+    )
+
+    async def run() -> FaultRun:
+        headers = {"authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=cluster.url, headers=headers, timeout=90) as http:
+            return await FaultRunner(cfg, http, "pdserve-demo").run(fault)
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def fallbacks(two_prefill: Cluster) -> Iterator[dict[str, float]]:
+    """pdserve_fallbacks_total by reason before the test (to count the test's own)."""
+    yield {
+        reason: two_prefill.metric("pdserve_fallbacks_total", {"reason": reason})
+        for reason in ("error", "timeout", "unhealthy")
+    }
+
+
+def _lost(run: FaultRun) -> str:
+    """The row and every lost request's outcome (times relative to the fault)."""
+    lost = [
+        (round(o.started_s - run.fault_s, 2), round(o.ended_s - run.fault_s, 2), o.status,
+         o.completed, o.error_code)
+        for o in run.outcomes
+        if verdict(o) == "lost"
+    ]  # fmt: skip
+    return f"{run.row}\nlost (start, end, status, completed, code): {lost}"
+
+
+def _served_after_recovery(run: FaultRun) -> list[str]:
+    assert run.row.recovered_s is not None
+    recovered = run.fault_s + run.row.recovered_s
+    return [verdict(o) for o in run.outcomes if o.started_s > recovered]
+
+
+def test_clients_gone_between_prefill_and_decode_free_the_prefill_kv(two_prefill: Cluster) -> None:
+    run = run_fault(two_prefill, "client-gone")
+    assert run.row.abandoned == 4
+    # The lease (kv_transfer.abort_request_timeout_seconds) is 120 s: this is the release.
+    assert run.row.recovered_s is not None and run.row.recovered_s < 10, run.row
+
+
+def test_a_frozen_prefill_engine_costs_no_request_and_is_replaced(
+    two_prefill: Cluster, fallbacks: dict[str, float]
+) -> None:
+    run = run_fault(two_prefill, "freeze-prefill")
+    row = run.row
+    assert (row.lost, row.failed_cleanly) == (0, 0), _lost(run)
+    assert row.fell_back >= 1, f"no request was on the frozen engine: nothing tested ({row})"
+    moved = two_prefill.metric("pdserve_fallbacks_total", {"reason": "unhealthy"})
+    assert moved - fallbacks["unhealthy"] >= 1, "the router never saw the replica turn unhealthy"
+    assert run.victim_gone, "the frozen engine process outlived its replica"
+    assert row.recovered_s is not None and set(_served_after_recovery(run)) <= {"succeeded"}
+
+
+def test_a_killed_prefill_engine_costs_no_request_and_is_replaced(
+    two_prefill: Cluster, fallbacks: dict[str, float]
+) -> None:
+    run = run_fault(two_prefill, "kill-prefill")
+    row = run.row
+    assert (row.lost, row.failed_cleanly) == (0, 0), _lost(run)
+    assert row.fell_back >= 1, f"no request was on the killed engine: nothing tested ({row})"
+    counted = sum(
+        two_prefill.metric("pdserve_fallbacks_total", {"reason": r}) - before
+        for r, before in fallbacks.items()
+    )
+    assert counted >= row.fell_back
+    assert row.recovered_s is not None and set(_served_after_recovery(run)) <= {"succeeded"}
+    # Both prefill replicas, the new one included, serve again without fallbacks.
+    with two_prefill.http() as http:
+        served = set()
+        for i in range(4):
+            resp = http.post(
+                "/v1/completions",
+                json={"model": "pdserve-demo", "prompt": text_of_words(300, salt=7800 + i),
+                      "max_tokens": 4, "temperature": 0},
+                headers={"x-pdserve-policy": "round_robin"},
+            )  # fmt: skip
+            assert resp.status_code == 200, resp.text
+            assert "fallbacks" not in json.loads(resp.headers["x-pdserve-decision"])
+            served.add(json.loads(resp.headers["x-pdserve-served-by"])["prefill"])
+        healthy = {
+            r["replica_id"]
+            for r in http.get("/v1/pdserve/replicas").json()["pools"]["prefill"]
+            if r["healthy"]
+        }
+    assert served == healthy and len(served) == 2
+
+
+def test_a_killed_decode_engine_ends_streams_cleanly_and_serves_after_restart(
+    two_prefill: Cluster,
+) -> None:
+    # Long streams (~2 s each here), so the kill lands mid-stream.
+    run = run_fault(two_prefill, "kill-decode", output_tokens=1000)
+    row = run.row
+    assert row.lost == 0, _lost(run)
+    cut = [o for o in run.outcomes if o.started_s < run.fault_s and verdict(o) == "failed_cleanly"]
+    assert cut, f"no stream was in flight at the kill: nothing tested ({row})"
+    assert {o.error_code for o in cut} == {"decode_failed"}
+    assert row.cut_answered_s is not None and row.cut_answered_s <= 10, row
+    # Requests sent while no decode replica was alive were answered at once, not held.
+    assert row.later_answered_s is None or row.later_answered_s <= 10, row
+    assert row.recovered_s is not None and set(_served_after_recovery(run)) == {"succeeded"}

@@ -160,6 +160,7 @@ def bench_faults(
     rate_per_s: Annotated[float | None, _fopt("rate_per_s", "--rate")] = None,
     prompt_words: Annotated[int | None, _fopt("prompt_words")] = None,
     output_tokens: Annotated[int | None, _fopt("output_tokens")] = None,
+    stream_tokens: Annotated[int | None, _fopt("stream_tokens")] = None,
     policy: Annotated[str | None, _fopt("policy")] = None,
     warmup_s: Annotated[float | None, _fopt("warmup_s")] = None,
     tail_s: Annotated[float | None, _fopt("tail_s")] = None,

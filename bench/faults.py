@@ -16,6 +16,7 @@ Verdicts, per request:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -85,6 +86,8 @@ class FaultRow:
     recovered_s: float | None
     """Fault to recovery: the replaced replica reports healthy (kill/freeze), or the prefill
     engines' KV usage is back to idle (client-gone); None if it did not within the run."""
+    failure_codes: dict[str, int]
+    """Clean failures by status and code, e.g. {"502 decode_failed": 3}."""
 
 
 def summarize(
@@ -112,6 +115,7 @@ def summarize(
         cut_answered_s=max(cut, default=None),
         later_answered_s=max(later, default=None),
         recovered_s=recovered_s,
+        failure_codes=dict(Counter(f"{o.status} {o.error_code}" for o in clean)),
     )
 
 
@@ -119,19 +123,23 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _codes(codes: dict[str, int]) -> str:
+    return ", ".join(f"{n}x {code}" for code, n in sorted(codes.items())) or "-"
+
+
 def markdown_table(rows: Sequence[FaultRow]) -> str:
     """The reliability table, as bench/RESULTS.md records it."""
     head = (
         "| fault | load (streams) | sent | succeeded | of which fell back | failed cleanly "
         "| lost | client left | in-flight failures ended (s after fault) "
-        "| later failures answered in (s) | recovered (s) |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| later failures answered in (s) | recovered (s) | failures by status and code |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     lines = [
         f"| {DESCRIPTIONS[r.fault]} | {r.clients} | {r.sent} | {r.succeeded} | {r.fell_back} "
         f"| {r.failed_cleanly} | {r.lost} | {r.abandoned} | "
         f"{_seconds(r.cut_answered_s)} | {_seconds(r.later_answered_s)} | "
-        f"{_seconds(r.recovered_s)} |"
+        f"{_seconds(r.recovered_s)} | {_codes(r.failure_codes)} |"
         for r in rows
     ]
     return head + "\n".join(lines) + "\n"

@@ -33,6 +33,11 @@ class FaultsConfig(BaseModel):
     )
     prompt_words: int = Field(default=200, gt=0, description="Prompt words per load request.")
     output_tokens: int = Field(default=32, gt=0, description="max_tokens per load request.")
+    stream_tokens: int = Field(
+        default=1000,
+        gt=0,
+        description="kill-decode: max_tokens of the load, so the kill lands mid-stream.",
+    )
     policy: str | None = Field(
         default="round_robin",
         description="x-pdserve-policy of the load (needs router.allow_policy_override); "

@@ -72,21 +72,22 @@ class FaultRunner:
             return await self._client_gone()
         return await self._under_load(fault)
 
-    def _body(self, n: int, words: int) -> dict[str, Any]:
+    def _body(self, n: int, words: int, max_tokens: int | None = None) -> dict[str, Any]:
         self._salt += 1
         prompt = prompt_of_words(words, self._salt * 1000 + n)
-        return completion_body(self._model, prompt, self._cfg.output_tokens)
+        return completion_body(self._model, prompt, max_tokens or self._cfg.output_tokens)
 
     async def _under_load(self, fault: FaultName) -> FaultRun:
         cfg = self._cfg
         pool: PoolName = "decode" if fault == "kill-decode" else "prefill"
         before = await healthy_ids(self._http, pool)
         victim = engine_cores(self._ray_port, pool)[0]
+        tokens = cfg.stream_tokens if fault == "kill-decode" else cfg.output_tokens
         load = SteadyLoad(
             self._http,
             cfg.clients,
             cfg.rate_per_s,
-            lambda n: self._body(n, cfg.prompt_words),
+            lambda n: self._body(n, cfg.prompt_words, tokens),
             self._headers,
             cfg.request_timeout_s,
         )
@@ -216,7 +217,7 @@ def run_bench_faults(cfg: FaultsConfig, console: Console) -> int:
         console.print(f"[red]bench-faults: {exc}[/red]")
         return 2
     rows = [r.row for r in runs]
-    console.print(markdown_table(rows), markup=False, highlight=False)
+    console.print(markdown_table(rows), markup=False, highlight=False, soft_wrap=True)
     if cfg.json_path is not None:
         report = {
             "config": cfg.model_dump(mode="json"),

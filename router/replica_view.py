@@ -38,6 +38,7 @@ class ReplicaView:
         self.index = index
         self._stale_after_s = stale_after_s
         self._wall_clock = wall_clock
+        self._last_stats: dict[str, dict[str, Any]] = {}  # replica id -> its last report
         self._sources: dict[PoolName, ReplicaSource] = {}
         self._snapshots: dict[PoolName, list[ReplicaSnapshot]] = {"prefill": [], "decode": []}
         self._subscribers: dict[str, KVEventSubscriber] = {}
@@ -111,7 +112,7 @@ class ReplicaView:
             snaps = []
             for replica_id, reported in source.replicas():
                 alive.add(replica_id)
-                stats = {} if self._stale(reported, wall_now) else reported
+                stats = self._usable_stats(replica_id, reported, wall_now)
                 snaps.append(
                     ReplicaSnapshot(
                         replica_id=replica_id,
@@ -130,8 +131,26 @@ class ReplicaView:
                 else:  # dead or frozen engine: its cached blocks are no reason to route there
                     self._forget(replica_id)
             self._snapshots[pool] = snaps
-        for gone in set(self._subscribers) - alive:
+        for gone in (set(self._subscribers) | set(self._last_stats)) - alive:
             self._forget(gone)
+            self._last_stats.pop(gone, None)
+
+    def _usable_stats(
+        self, replica_id: str, reported: dict[str, Any], wall_now: float
+    ) -> dict[str, Any]:
+        """The replica's stats to route on; {} when it is unhealthy.
+
+        Unhealthy: it says so (`healthy: false`: its engine is dead or unresponsive), its
+        last stats are stale, or it never reported. An empty report is no news (Ray Serve
+        has not polled this replica yet, e.g. right after it rebuilt its replica list): the
+        last stats stand until they go stale."""
+        if reported:
+            self._last_stats[replica_id] = dict(reported)
+        else:
+            reported = self._last_stats.get(replica_id, {})
+        if not reported.get("healthy", True) or self._stale(reported, wall_now):
+            return {}
+        return reported
 
     def _stale(self, stats: dict[str, Any], wall_now: float) -> bool:
         """Stats stamped (`reported_at_s`) longer than stale_after_s ago."""

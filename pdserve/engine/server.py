@@ -203,12 +203,13 @@ class EngineServer:
         """What the router's replica view needs (Ray Serve polls it; see record_routing_stats).
 
         Plain JSON-able values; `kv_events_endpoint` None means this engine publishes no KV
-        events (the router then falls back to its approximate prefix index). Empty once the
-        engine is dead: the router's view marks the replica unhealthy and stops routing to
-        it while Ray Serve replaces it. Empty too while the engine is unresponsive.
+        events (the router then falls back to its approximate prefix index). Only
+        `healthy: false` once the engine is dead or unresponsive: the router's view marks the
+        replica unhealthy and stops routing to it while Ray Serve replaces it. Always stamped
+        with the wall-clock time (`reported_at_s`), so the router can tell stale stats.
         """
         if self.dead or self.unresponsive:
-            return {}
+            return {"healthy": False, "reported_at_s": time.time()}
         s = self._counters.snapshot()
         cache = self._engine.vllm_config.cache_config if self._engine is not None else None
         return {

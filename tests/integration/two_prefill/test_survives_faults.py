@@ -133,8 +133,7 @@ def test_a_killed_prefill_engine_costs_no_request_and_is_replaced(
 def test_a_killed_decode_engine_ends_streams_cleanly_and_serves_after_restart(
     two_prefill: Cluster,
 ) -> None:
-    # Long streams (~2 s each here), so the kill lands mid-stream.
-    run = run_fault(two_prefill, "kill-decode", output_tokens=1000)
+    run = run_fault(two_prefill, "kill-decode")  # streams of 1,000 tokens: killed mid-stream
     row = run.row
     assert row.lost == 0, _lost(run)
     cut = [o for o in run.outcomes if o.started_s < run.fault_s and verdict(o) == "failed_cleanly"]

@@ -45,11 +45,15 @@ def test_summary_counts_each_verdict_and_times_failures_from_the_fault() -> None
     assert row.recovered_s == 42.0 and row.abandoned == 0
     table = markdown_table([row])
     assert "| SIGKILL the decode engine process mid-stream | 4 | 7 | 2 | 1 | 4 | 1 | 0 |" in table
-    assert table.rstrip().endswith("| 4.5 | 0.5 | 42.0 |")
+    assert row.failure_codes == {"200 decode_failed": 1, "502 decode_failed": 1,
+                                 "503 no_replica": 2}  # fmt: skip
+    assert table.rstrip().endswith(
+        "| 4.5 | 0.5 | 42.0 | 1x 200 decode_failed, 1x 502 decode_failed, 2x 503 no_replica |"
+    )
 
 
 def test_abandoned_requests_are_neither_served_nor_lost() -> None:
     outcomes = [Outcome(0, 2, None, False, abandoned=True) for _ in range(3)]
     row = summarize("client-gone", 3, outcomes, fault_s=2.0, recovered_s=None)
     assert (row.sent, row.abandoned, row.lost, row.succeeded) == (3, 3, 0, 0)
-    assert "| - | - | - |" in markdown_table([row])  # no failures timed; never recovered
+    assert "| - | - | - | - |" in markdown_table([row])  # no failure; never recovered

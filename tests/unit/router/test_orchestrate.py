@@ -483,7 +483,7 @@ async def test_a_prefill_whose_replica_turns_unhealthy_is_moved_without_its_dead
     run = asyncio.ensure_future(r.orchestrator.run(prepared(LONG), obs, None))
     await asyncio.sleep(0.3)
     assert not run.done()  # p0's engine is frozen: its prefill hangs, p0 still looks healthy
-    prefill.replicas()[0][1].clear()  # p0 stops reporting (its engine stopped answering)
+    prefill.replicas()[0][1]["healthy"] = False  # p0's engine stopped answering its pings
     gen = await asyncio.wait_for(run, timeout=2)  # moved within a health poll, not 60 s
     await drain(gen.chunks)
     obs.ended(200)

@@ -12,7 +12,7 @@ from pdserve.router.replica_view import ReplicaView
 from tests.unit.router.fakes import BLOCK_TOKENS, FixedSource
 
 
-def test_a_replica_that_stops_reporting_is_unhealthy_and_its_blocks_forgotten() -> None:
+def test_a_replica_whose_engine_died_is_unhealthy_and_its_blocks_forgotten() -> None:
     prefill = FixedSource(["p0", "p1"])
     view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
     view.attach("prefill", prefill)
@@ -22,7 +22,11 @@ def test_a_replica_that_stops_reporting_is_unhealthy_and_its_blocks_forgotten() 
     view.index.on_routed("p1", [11, 12])
     assert view.index.num_tracked_blocks("p0") == 3
 
-    prefill.replicas()[0][1].clear()  # p0's engine died: its replica reports no stats
+    stats = prefill.replicas()[0][1]
+    stats.clear()  # no news (Ray has not polled p0 since it rebuilt its list): still healthy
+    view.refresh()
+    assert all(s.healthy for s in view.snapshots("prefill"))
+    stats["healthy"] = False  # p0's engine died: its replica says so
     view.refresh()
     health = {s.replica_id: s.healthy for s in view.snapshots("prefill")}
     assert health == {"p0": False, "p1": True}
@@ -50,6 +54,17 @@ def test_stats_stamped_too_long_ago_make_a_replica_unhealthy() -> None:
     view.refresh()
     assert not view.snapshots("decode")[0].healthy
     assert view.snapshots("prefill")[0].healthy  # reports without a stamp are not judged
+    decode.replicas()[0][1].clear()  # no news: the last (stale) stats stand, still unhealthy
+    view.refresh()
+    assert not view.snapshots("decode")[0].healthy
+
+
+def test_a_replica_that_never_reported_is_unhealthy() -> None:
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", FixedSource(["p0"], healthy=False))
+    view.attach("decode", FixedSource(["d0"]))
+    view.refresh()
+    assert not view.snapshots("prefill")[0].healthy and view.snapshots("decode")[0].healthy
 
 
 def test_a_pool_that_lost_every_replica_is_a_503_not_a_wait() -> None:

@@ -150,13 +150,14 @@ class PoolConfig(StrictModel):
         default=256, gt=0, description="Ray Serve cap on in-flight requests per replica."
     )
     unresponsive_after_seconds: float = Field(
-        default=15.0,
+        default=30.0,
         gt=0,
         description=(
             "A replica pings its engine process every second; an engine that has not answered "
             "for this long (frozen, or stuck in one step) is unhealthy: the router stops "
-            "routing to it and Ray Serve's health check replaces the replica. Keep it above "
-            "the longest engine step (a max_num_batched_tokens prefill chunk)."
+            "routing to it and Ray Serve's health check kills its engine and replaces the "
+            "replica (losing its streams). Keep it well above the longest engine step (a "
+            "max_num_batched_tokens prefill chunk) and any pause you would rather wait out."
         ),
     )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="vLLM settings.")

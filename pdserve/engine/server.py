@@ -161,9 +161,13 @@ class EngineServer:
         while self._engine is not None:
             try:
                 await self._engine.is_sleeping()  # a round trip to the engine-core process
-            except Exception:  # dead: vLLM's own check_health reports it
-                return
-            self._liveness.answered()
+            except Exception as exc:
+                if self.dead:  # vLLM's own check_health reports it
+                    return
+                # Not an answer: keep pinging (a failing ping for long is unresponsive).
+                log.warning("%s engine ping failed: %r", self.role, exc)
+            else:
+                self._liveness.answered()
             await asyncio.sleep(PING_PERIOD_S)
 
     @property

@@ -162,13 +162,10 @@ def start_cluster(
     ray_port: int,
     metrics_port: int,
     api_key: str | None = None,
-    overrides: dict[str, Any] | None = None,
 ) -> tuple[Cluster, dict[str, str]]:
-    """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is),
-    with `overrides` merged into the config file's settings; returns the cluster and the env
-    for `down`."""
+    """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is);
+    returns the cluster and the env for `down`."""
     raw = yaml.safe_load((ROOT / "deploy" / config_file).read_text())
-    _merge(raw, overrides or {})
     raw["router"]["port"] = router_port
     cfg_path = tmp / "test.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
@@ -188,14 +185,6 @@ def start_cluster(
         raise RuntimeError(startup_failure(up))
     url = f"http://127.0.0.1:{router_port}"
     return Cluster(url, cfg, resolve_model(cfg.model), api_key), env
-
-
-def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def stop_cluster(

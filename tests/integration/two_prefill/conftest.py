@@ -16,8 +16,6 @@ API_KEY = "sk-pdserve-test-4f1c"
 RAY_PORT_2P1D = 6396
 ROUTER_PORT_2P1D = 18200
 RAY_METRICS_PORT_2P1D = 8084
-UNRESPONSIVE_AFTER_S = 5.0
-"""A frozen engine is found this fast here (the default, 15 s, only makes the test longer)."""
 
 
 @pytest.fixture(scope="package")
@@ -30,11 +28,6 @@ def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         RAY_PORT_2P1D,
         RAY_METRICS_PORT_2P1D,
         api_key=API_KEY,
-        overrides={
-            "prefill": {"unresponsive_after_seconds": UNRESPONSIVE_AFTER_S},
-            # Above the client-gone test's decode stall (bench-faults' gone_stall_s, 8 s).
-            "decode": {"unresponsive_after_seconds": 12.0},
-        },
     )
     try:
         yield cluster

@@ -5,6 +5,7 @@ tests (this file sorts after them): each test waits until the cluster has recove
 - clients leave between prefill and decode: the prefill engines free the KV in seconds;
 - a prefill engine frozen (SIGSTOP), then one killed (SIGKILL): no request fails, the
   affected ones are recovered by the prefill fallback, the replica is replaced and serves;
+- a KV pull from a prefill engine that died meanwhile is recomputed on decode: same output;
 - the decode engine killed mid-stream: every stream ends with a clean error event within
   10 s, nothing hangs or is lost, and requests succeed again once it is replaced.
 """
@@ -13,14 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
+import openai
 import pytest
 
+from pdserve.bench.fault_inject import FaultError, engine_cores, signal_engine
 from pdserve.bench.faults import FaultName, verdict
 from pdserve.bench.faults_config import FaultsConfig
 from pdserve.bench.faults_run import FaultRun, FaultRunner
+from pdserve.router.policy.types import PoolName
 from tests.integration.conftest import Cluster
 from tests.integration.texts import text_of_words
 from tests.integration.two_prefill.conftest import API_KEY, RAY_PORT_2P1D
@@ -36,7 +44,7 @@ def run_fault(cluster: Cluster, fault: FaultName, **options: object) -> FaultRun
         ray_port=RAY_PORT_2P1D,
         clients=4,
         warmup_s=3,
-        tail_s=4,
+        tail_s=8,
         recover_timeout_s=ENGINE_START_S,
         request_timeout_s=90,
         **options,  # type: ignore[arg-type]
@@ -130,6 +138,66 @@ def test_a_killed_prefill_engine_costs_no_request_and_is_replaced(
     assert served == healthy and len(served) == 2
 
 
+def test_a_kv_pull_from_a_dead_prefill_engine_is_recomputed_on_decode(
+    two_prefill: Cluster, reference: openai.OpenAI
+) -> None:
+    """The decode engine is held stopped while a prompt is prefilled; every prefill engine is
+    then killed, so the KV it must pull is gone. Resumed, the decode engine recomputes the
+    prompt (kv_transfer.load_failure_policy: recompute): the request succeeds with the
+    aggregated server's exact output and the failed pull is counted."""
+    prompt = text_of_words(1200, salt=4242)
+    body = {"model": "pdserve-demo", "prompt": prompt, "max_tokens": 16, "temperature": 0}
+    failures_before = two_prefill.metric("pdserve_kv_transfer_failures_total", {"pool": "decode"})
+    decode = engine_cores(RAY_PORT_2P1D, "decode")[0]
+    prefills = engine_cores(RAY_PORT_2P1D, "prefill")
+    with two_prefill.http(timeout_s=180) as http, ThreadPoolExecutor(1) as pool:
+        idle = sum(r["kv_cache_usage"] for r in _pool_view(http, "prefill"))
+        signal_engine(decode, signal.SIGSTOP)
+        try:
+            headers = {"x-pdserve-policy": "round_robin"}  # a remote prefill, always
+            answer = pool.submit(http.post, "/v1/completions", json=body, headers=headers)
+            deadline = time.monotonic() + 6  # below decode.unresponsive_after_seconds
+            while sum(r["kv_cache_usage"] for r in _pool_view(http, "prefill")) <= idle:
+                assert time.monotonic() < deadline, "the prefill never held the prompt's KV"
+                time.sleep(0.1)
+            for engine in prefills:
+                signal_engine(engine, signal.SIGKILL)  # the KV to pull is gone
+        finally:
+            signal_engine(decode, signal.SIGCONT)
+        resp = answer.result(timeout=150)
+    assert resp.status_code == 200, resp.text
+    expected = reference.completions.create(**body)
+    assert resp.json()["choices"][0]["text"] == expected.choices[0].text
+    deadline = time.monotonic() + 10  # the engines' counters reach /metrics at each scrape
+    while two_prefill.metric("pdserve_kv_transfer_failures_total", {"pool": "decode"}) <= (
+        failures_before
+    ):
+        assert time.monotonic() < deadline, "the failed pull was not counted"
+        time.sleep(1)
+    _wait_pool_replaced(two_prefill, "prefill", {e.pid for e in prefills})
+
+
+def _pool_view(http: httpx.Client, pool: str) -> list[dict[str, Any]]:
+    view: list[dict[str, Any]] = http.get("/v1/pdserve/replicas").json()["pools"][pool]
+    return view
+
+
+def _wait_pool_replaced(cluster: Cluster, pool: PoolName, dead_pids: set[int]) -> None:
+    """Wait until `pool` has two healthy replicas again, none running a dead engine."""
+    deadline = time.monotonic() + ENGINE_START_S
+    with cluster.http() as http:
+        while True:
+            healthy = [r for r in _pool_view(http, pool) if r["healthy"]]
+            try:
+                alive = {p.pid for p in engine_cores(RAY_PORT_2P1D, pool)} - dead_pids
+            except FaultError:  # none yet: the replacements are starting
+                alive = set()
+            if len(healthy) == 2 and len(alive) == 2:
+                return
+            assert time.monotonic() < deadline, f"{pool} pool not replaced: {healthy}"
+            time.sleep(2)
+
+
 def test_a_killed_decode_engine_ends_streams_cleanly_and_serves_after_restart(
     two_prefill: Cluster,
 ) -> None:
@@ -142,4 +210,8 @@ def test_a_killed_decode_engine_ends_streams_cleanly_and_serves_after_restart(
     assert row.cut_answered_s is not None and row.cut_answered_s <= 10, row
     # Requests sent while no decode replica was alive were answered at once, not held.
     assert row.later_answered_s is None or row.later_answered_s <= 10, row
-    assert row.recovered_s is not None and set(_served_after_recovery(run)) == {"succeeded"}
+    assert row.recovered_s is not None and set(_served_after_recovery(run)) <= {"succeeded"}
+    resp = two_prefill.client().completions.create(
+        model="pdserve-demo", prompt="after the decode kill", max_tokens=4, temperature=0
+    )
+    assert resp.usage is not None and resp.usage.completion_tokens == 4

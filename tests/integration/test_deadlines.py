@@ -15,19 +15,23 @@ from tests.integration.conftest import RAY_PORT, Cluster
 from tests.integration.texts import text_of_words
 
 
-def _engine_processes(role: str) -> list[psutil.Process]:
+def _engine_processes(role: str, timeout_s: float = 20.0) -> list[psutil.Process]:
     """The vLLM engine processes (EngineCore and workers) of this cluster's `role` engine."""
-    found = []
-    for proc in psutil.process_iter(["name", "environ"]):
-        env = proc.info["environ"] or {}
-        name = proc.info["name"] or ""
-        if (
-            name.startswith("VLLM::")
-            and env.get("PDSERVE_ENGINE_ROLE") == role
-            and env.get("PDSERVE_GCS_ADDRESS", "").endswith(f":{RAY_PORT}")
-        ):
-            found.append(proc)
-    return found
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = []
+        for proc in psutil.process_iter(["name", "environ"], ad_value=None):
+            env = proc.info["environ"] or {}
+            name = proc.info["name"] or ""
+            if (
+                name.startswith("VLLM::")
+                and env.get("PDSERVE_ENGINE_ROLE") == role
+                and env.get("PDSERVE_GCS_ADDRESS", "").endswith(f":{RAY_PORT}")
+            ):
+                found.append(proc)
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
 
 
 def test_frozen_decode_engine_ends_the_stream_within_the_idle_deadline(cluster: Cluster) -> None:

@@ -1,6 +1,8 @@
 """Faults in the real engines of the 2 prefill + 1 decode cluster, under a steady stream load
 (`pdserve bench-faults`' own runner: real Ray Serve, vLLM, NIXL, HTTP). Run after the routing
-tests (this file sorts after them): each test waits until the cluster has recovered.
+tests (this file sorts after them): each test waits until the cluster has recovered. The last
+one compares with the aggregated reference server, which starts the session cluster: the ones
+before it have the machine to themselves (the package runs first, see ../conftest.py).
 
 - clients leave between prefill and decode: the prefill engines free the KV in seconds;
 - a prefill engine frozen (SIGSTOP), then one killed (SIGKILL): no request fails, the
@@ -138,6 +140,25 @@ def test_a_killed_prefill_engine_costs_no_request_and_is_replaced(
     assert served == healthy and len(served) == 2
 
 
+def test_a_killed_decode_engine_ends_streams_cleanly_and_serves_after_restart(
+    two_prefill: Cluster,
+) -> None:
+    run = run_fault(two_prefill, "kill-decode")  # streams of 1,000 tokens: killed mid-stream
+    row = run.row
+    assert row.lost == 0, _lost(run)
+    cut = [o for o in run.outcomes if o.started_s < run.fault_s and verdict(o) == "failed_cleanly"]
+    assert cut, f"no stream was in flight at the kill: nothing tested ({row})"
+    assert {o.error_code for o in cut} == {"decode_failed"}
+    assert row.cut_answered_s is not None and row.cut_answered_s <= 10, row
+    # Requests sent while no decode replica was alive were answered at once, not held.
+    assert row.later_answered_s is None or row.later_answered_s <= 10, row
+    assert row.recovered_s is not None and set(_served_after_recovery(run)) <= {"succeeded"}
+    resp = two_prefill.client().completions.create(
+        model="pdserve-demo", prompt="after the decode kill", max_tokens=4, temperature=0
+    )
+    assert resp.usage is not None and resp.usage.completion_tokens == 4
+
+
 def test_a_kv_pull_from_a_dead_prefill_engine_is_recomputed_on_decode(
     two_prefill: Cluster, reference: openai.OpenAI
 ) -> None:
@@ -196,22 +217,3 @@ def _wait_pool_replaced(cluster: Cluster, pool: PoolName, dead_pids: set[int]) -
                 return
             assert time.monotonic() < deadline, f"{pool} pool not replaced: {healthy}"
             time.sleep(2)
-
-
-def test_a_killed_decode_engine_ends_streams_cleanly_and_serves_after_restart(
-    two_prefill: Cluster,
-) -> None:
-    run = run_fault(two_prefill, "kill-decode")  # streams of 1,000 tokens: killed mid-stream
-    row = run.row
-    assert row.lost == 0, _lost(run)
-    cut = [o for o in run.outcomes if o.started_s < run.fault_s and verdict(o) == "failed_cleanly"]
-    assert cut, f"no stream was in flight at the kill: nothing tested ({row})"
-    assert {o.error_code for o in cut} == {"decode_failed"}
-    assert row.cut_answered_s is not None and row.cut_answered_s <= 10, row
-    # Requests sent while no decode replica was alive were answered at once, not held.
-    assert row.later_answered_s is None or row.later_answered_s <= 10, row
-    assert row.recovered_s is not None and set(_served_after_recovery(run)) <= {"succeeded"}
-    resp = two_prefill.client().completions.create(
-        model="pdserve-demo", prompt="after the decode kill", max_tokens=4, temperature=0
-    )
-    assert resp.usage is not None and resp.usage.completion_tokens == 4

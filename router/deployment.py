@@ -49,10 +49,7 @@ class Router:
         mode = router.prefix_index
         if mode == "auto":
             mode = "events" if uses_events else "approximate"
-        # Stats older than 20 polls (10 s by default): the replica's actor is stuck or gone.
-        self._view = ReplicaView(
-            PrefixIndex(mode=mode), stale_after_s=20 * router.routing_stats_period_seconds
-        )
+        self._view = ReplicaView(PrefixIndex(mode=mode))
         placer = Placer(
             router.routing, self._view, policy=router.policy, admission=router.admission
         )

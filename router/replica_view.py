@@ -9,7 +9,6 @@ events, feeding the shared `PrefixIndex`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from pdserve.router.kv_events import KVEventSubscriber
@@ -26,18 +25,8 @@ class ReplicaSource(Protocol):
 class ReplicaView:
     """Snapshots and prefix index for both pools. Not thread-safe; used on the router's loop."""
 
-    def __init__(
-        self,
-        index: PrefixIndex,
-        refresh_interval_s: float = 0.05,
-        stale_after_s: float = 10.0,
-        wall_clock: Callable[[], float] = time.time,
-    ):
-        """A replica whose last routing stats are older than `stale_after_s` (by the wall-clock
-        time it stamped them with: its actor is stuck or gone) counts as unhealthy."""
+    def __init__(self, index: PrefixIndex, refresh_interval_s: float = 0.05):
         self.index = index
-        self._stale_after_s = stale_after_s
-        self._wall_clock = wall_clock
         self._last_stats: dict[str, dict[str, Any]] = {}  # replica id -> its last report
         self._sources: dict[PoolName, ReplicaSource] = {}
         self._snapshots: dict[PoolName, list[ReplicaSnapshot]] = {"prefill": [], "decode": []}
@@ -107,12 +96,11 @@ class ReplicaView:
             return
         self._refreshed_at = now
         alive: set[str] = set()
-        wall_now = self._wall_clock()
         for pool, source in self._sources.items():
             snaps = []
             for replica_id, reported in source.replicas():
                 alive.add(replica_id)
-                stats = self._usable_stats(replica_id, reported, wall_now)
+                stats = self._usable_stats(replica_id, reported)
                 snaps.append(
                     ReplicaSnapshot(
                         replica_id=replica_id,
@@ -135,27 +123,20 @@ class ReplicaView:
             self._forget(gone)
             self._last_stats.pop(gone, None)
 
-    def _usable_stats(
-        self, replica_id: str, reported: dict[str, Any], wall_now: float
-    ) -> dict[str, Any]:
+    def _usable_stats(self, replica_id: str, reported: dict[str, Any]) -> dict[str, Any]:
         """The replica's stats to route on; {} when it is unhealthy.
 
-        Unhealthy: it says so (`healthy: false`: its engine is dead or unresponsive), its
-        last stats are stale, or it never reported. An empty report is no news (Ray Serve
-        has not polled this replica yet, e.g. right after it rebuilt its replica list): the
-        last stats stand until they go stale."""
+        Unhealthy: it says so (`healthy: false`: its engine is dead or unresponsive) or it
+        never reported. An empty report is no news (Ray Serve has not polled this replica
+        yet, e.g. right after it rebuilt its replica list): the last stats stand. (A replica
+        whose actor itself is stuck is failed by Ray Serve's own health check.)"""
         if reported:
             self._last_stats[replica_id] = dict(reported)
         else:
             reported = self._last_stats.get(replica_id, {})
-        if not reported.get("healthy", True) or self._stale(reported, wall_now):
+        if not reported.get("healthy", True):
             return {}
         return reported
-
-    def _stale(self, stats: dict[str, Any], wall_now: float) -> bool:
-        """Stats stamped (`reported_at_s`) longer than stale_after_s ago."""
-        stamped = stats.get("reported_at_s")
-        return stamped is not None and wall_now - float(stamped) > self._stale_after_s
 
     def _track(self, replica_id: str, stats: dict[str, Any]) -> None:
         if stats.get("block_size_tokens"):

@@ -209,11 +209,10 @@ class EngineServer:
         Plain JSON-able values; `kv_events_endpoint` None means this engine publishes no KV
         events (the router then falls back to its approximate prefix index). Only
         `healthy: false` once the engine is dead or unresponsive: the router's view marks the
-        replica unhealthy and stops routing to it while Ray Serve replaces it. Always stamped
-        with the wall-clock time (`reported_at_s`), so the router can tell stale stats.
+        replica unhealthy and stops routing to it while Ray Serve replaces it.
         """
         if self.dead or self.unresponsive:
-            return {"healthy": False, "reported_at_s": time.time()}
+            return {"healthy": False}
         s = self._counters.snapshot()
         cache = self._engine.vllm_config.cache_config if self._engine is not None else None
         return {
@@ -225,8 +224,6 @@ class EngineServer:
             "kv_events_endpoint": self.kv_events_endpoint,
             "kv_transfer_failures_total": s.num_kv_transfer_failures_total,
             "kv_expired_total": s.num_kv_expired_total,
-            # Wall clock (the router may run on another node): lets it spot stale stats.
-            "reported_at_s": time.time(),
         }
 
     def _kill_engine_processes(self) -> None:

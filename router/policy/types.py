@@ -61,9 +61,8 @@ class ReplicaSnapshot:
 
     `queued_prefill_tokens` are prompt tokens waiting or being prefilled on the engine (all
     senders, not only this router). `kv_cache_usage` is the fraction of KV blocks in use.
-    `healthy=False` (its engine is dead or unresponsive, its stats are stale, or it never
-    reported) takes the replica out of routing; the router's view also forgets its cached
-    blocks.
+    `healthy=False` (its engine is dead or unresponsive, or it never reported) takes the
+    replica out of routing; the router's view also forgets its cached blocks.
     """
 
     replica_id: str

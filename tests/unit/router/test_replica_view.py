@@ -36,29 +36,6 @@ def test_a_replica_whose_engine_died_is_unhealthy_and_its_blocks_forgotten() -> 
     assert view.index.num_tracked_blocks("p1") == 2
 
 
-def test_stats_stamped_too_long_ago_make_a_replica_unhealthy() -> None:
-    now_s = [1000.0]
-    decode = FixedSource(["d0"])
-    view = ReplicaView(
-        PrefixIndex(mode="approximate"),
-        refresh_interval_s=0.0,
-        stale_after_s=10.0,
-        wall_clock=lambda: now_s[0],
-    )
-    view.attach("prefill", FixedSource(["p0"]))
-    view.attach("decode", decode)
-    decode.replicas()[0][1]["reported_at_s"] = 995.0
-    view.refresh()
-    assert view.snapshots("decode")[0].healthy  # 5 s old: fresh enough
-    now_s[0] = 1006.0  # no new report for 11 s: the replica's actor is stuck
-    view.refresh()
-    assert not view.snapshots("decode")[0].healthy
-    assert view.snapshots("prefill")[0].healthy  # reports without a stamp are not judged
-    decode.replicas()[0][1].clear()  # no news: the last (stale) stats stand, still unhealthy
-    view.refresh()
-    assert not view.snapshots("decode")[0].healthy
-
-
 def test_a_replica_that_never_reported_is_unhealthy() -> None:
     view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
     view.attach("prefill", FixedSource(["p0"], healthy=False))

@@ -22,6 +22,13 @@ def _option(config: type[BaseModel], field: str, flag: str | None, extra: str = 
     return typer.Option(name, help=f"{info.description}{extra}{default}", show_default=False)
 
 
+def _invalid_options(console: Any, errors: Any) -> None:
+    """Print each option validation error as `invalid option WHERE: MESSAGE`."""
+    for err in errors:
+        where = ".".join(str(p) for p in err["loc"]) or "options"
+        console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
+
+
 def _opt(field: str, flag: str | None = None, extra: str = "") -> Any:
     from pdserve.bench.config import BenchConfig
 
@@ -84,9 +91,7 @@ def bench(
     try:
         cfg = BenchConfig(**options)
     except ValidationError as exc:
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "options"
-            console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
+        _invalid_options(console, exc.errors())
         raise typer.Exit(2) from exc
     raise typer.Exit(run_bench(cfg, console))
 
@@ -138,9 +143,7 @@ def bench_overload(
             if isinstance(exc, ValidationError)
             else [{"loc": ("levels",), "msg": str(exc)}]
         )
-        for err in errors:
-            where = ".".join(str(p) for p in err["loc"]) or "options"
-            console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
+        _invalid_options(console, errors)
         raise typer.Exit(2) from exc
     raise typer.Exit(run_overload(cfg, console))
 
@@ -185,8 +188,6 @@ def bench_faults(
             options["faults"] = tuple(f.strip() for f in options["faults"].split(",") if f.strip())
         cfg = FaultsConfig(**options)
     except ValidationError as exc:
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "options"
-            console.print(f"[red]invalid option {where}:[/red] {err['msg']}")
+        _invalid_options(console, exc.errors())
         raise typer.Exit(2) from exc
     raise typer.Exit(run_bench_faults(cfg, console))

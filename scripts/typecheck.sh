@@ -15,6 +15,7 @@ done
 # and torch are huge and barely typed: mypy treats them as Any (pyproject [[tool.mypy.overrides]]).
 MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.config \
+  -m pdserve.router_config \
   -m pdserve.messages \
   -m pdserve.model_source \
   -p pdserve.router \

@@ -1,0 +1,222 @@
+"""The router's part of the deployment config: HTTP, API keys, admission bounds, deadlines,
+fallbacks and routing (pure data; `pdserve.config.PdserveConfig.router` holds one).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pdserve.router.policy.config import PolicyConfig
+from pdserve.router.policy.strict import StrictModel
+from pdserve.router.policy.types import PolicyName
+
+
+class AuthConfig(StrictModel):
+    """API keys the router enforces on every /v1 route (none configured: the API is open)."""
+
+    api_key_env: str = Field(
+        default="PDSERVE_API_KEY",
+        min_length=1,
+        description=(
+            "Environment variable holding the accepted API keys, comma-separated (several "
+            "keys let you rotate: add the new one, move clients, drop the old one). Read by "
+            "each router replica at start; unset or empty = no keys from the environment."
+        ),
+    )
+    api_key_file: str | None = Field(
+        default=None,
+        description=(
+            "A file with more accepted keys, one per line (e.g. a mounted Kubernetes Secret); "
+            "blank lines and lines starting with # are ignored. None = no file."
+        ),
+    )
+    protect_metrics: bool = Field(
+        default=False,
+        description="Also require a key on GET /metrics (off: Prometheus scrapes it openly).",
+    )
+
+
+class DeadlineConfig(StrictModel):
+    """How long each stage of a request may take before the router gives up on it (and
+    aborts the engines' work). A miss before the first token is a 504; after it, an SSE error
+    event ends the stream."""
+
+    prefill_seconds: float = Field(
+        default=60.0, gt=0, description="A remote prefill call, from dispatch to its result."
+    )
+    first_token_seconds: float = Field(
+        default=120.0, gt=0, description="Arrival at the router to the first generated token."
+    )
+    stream_idle_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "Streaming: the longest gap between two chunks from decode (a frozen or dead "
+            "engine is detected within this). Non-streaming requests get their tokens at "
+            "the end, so only request_seconds bounds them after the first token."
+        ),
+    )
+    request_seconds: float = Field(
+        default=600.0, gt=0, description="Arrival at the router to the last token."
+    )
+    busy_replica_wait_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description=(
+            "How long a request waits for the replica its policy chose while that replica is "
+            "at max_ongoing_requests before it goes to the least-loaded one instead; must stay "
+            "below kv_transfer.abort_request_timeout_seconds, or a decode may arrive after "
+            "its KV lease ran out."
+        ),
+    )
+    sse_keepalive_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="Streaming: send an SSE comment this often so proxies keep the stream open.",
+    )
+
+
+PrefillFallback = Literal["retry_then_local", "retry", "local", "fail"]
+DecodeFallback = Literal["retry", "fail"]
+
+
+class FallbackConfig(StrictModel):
+    """What the router does when a stage fails before the client saw anything."""
+
+    prefill: PrefillFallback = Field(
+        default="retry_then_local",
+        description=(
+            "A remote prefill that fails, times out or whose replica died: `retry` it once on "
+            "another prefill replica; `local`: prefill on the chosen decode replica instead "
+            "(no KV transfer); `retry_then_local`: retry, and if that fails too (or there is "
+            "no other prefill replica) prefill locally; `fail`: answer the error."
+        ),
+    )
+    decode: DecodeFallback = Field(
+        default="retry",
+        description=(
+            "A decode that fails before its first token (an engine error, a dead replica): "
+            "`retry` it once on another healthy decode replica, prefilling there (the KV "
+            "handed off for the first one is released); `fail`: answer the error. A decode "
+            "that fails after its first token is never retried (the client has tokens)."
+        ),
+    )
+
+
+class AdmissionConfig(StrictModel):
+    """Bounded work per tier: a request beyond a bound gets 429 with Retry-After at once,
+    instead of queueing without limit. None turns a bound off. The defaults are generous
+    backstops, not tuned to a machine: tighten them to your measured capacity."""
+
+    max_inflight_requests: int | None = Field(
+        default=512,
+        gt=0,
+        description="Requests one router replica serves at once (a stream counts until it ends).",
+    )
+    max_prefill_backlog_seconds: float | None = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "Estimated prefill seconds (cost model) this router may have queued on one prefill "
+            "replica; a request that would push its chosen replica past this is refused (a "
+            "replica with nothing queued always takes one). Short prompts still get in when "
+            "only the long-prompt lane is full: they go to other replicas or prefill on decode."
+        ),
+    )
+    max_decode_streams: int | None = Field(
+        default=512,
+        gt=0,
+        description="Streams this router may have open on one decode replica.",
+    )
+
+
+class RouterConfig(StrictModel):
+    """The OpenAI-compatible HTTP router."""
+
+    host: str = Field(default="127.0.0.1", description="HTTP bind address.")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
+    max_request_bytes: int = Field(
+        default=8 << 20,
+        gt=0,
+        description="Largest accepted request body; a larger one gets 413 before it is parsed.",
+    )
+    auth: AuthConfig = Field(
+        default_factory=AuthConfig, description="API keys (Authorization: Bearer <key>)."
+    )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig, description="Bounds per tier (429 beyond them)."
+    )
+    deadlines: DeadlineConfig = Field(
+        default_factory=DeadlineConfig, description="Per-stage timeouts (504 when missed)."
+    )
+    fallback: FallbackConfig = Field(
+        default_factory=FallbackConfig, description="Recovery from a failed stage."
+    )
+    allow_client_priority: bool = Field(
+        default=False,
+        description=(
+            "Honour the request body's `priority` (lower is served first). Off: every client "
+            "gets priority 0 and only the router's policy orders the engines' queues, so no "
+            "client can jump the queue."
+        ),
+    )
+    default_max_tokens: int = Field(
+        default=256, gt=0, description="max_tokens when the client sends none."
+    )
+    num_cpus: float = Field(default=0.0, ge=0, description="Ray CPUs reserved for the router.")
+    policy: PolicyName = Field(
+        default="pdserve",
+        description=(
+            "Routing policy: 'pdserve' (prefill-cost- and cache-aware), or the baselines "
+            "'round_robin' and 'least_loaded'. With allow_policy_override, a request's "
+            "x-pdserve-policy header overrides it."
+        ),
+    )
+    allow_policy_override: bool = Field(
+        default=False,
+        description=(
+            "Honour a per-request x-pdserve-policy header (local and benchmark configs only)."
+        ),
+    )
+    routing: PolicyConfig = Field(
+        default_factory=PolicyConfig,
+        description=(
+            "Settings of the routing policy (which one decides is `policy`): scorer weights, "
+            "local-prefill thresholds, lanes, priorities and cost model."
+        ),
+    )
+    prefix_index: Literal["auto", "events", "approximate"] = Field(
+        default="auto",
+        description=(
+            "How the router learns which prefix blocks each replica holds: 'events' (vLLM KV "
+            "cache events), 'approximate' (routing history), 'auto' = events when the engines "
+            "publish them."
+        ),
+    )
+    access_log: bool = Field(
+        default=False,
+        description="Ray Serve's per-request access log lines (cost CPU on every hop).",
+    )
+    otlp_traces_endpoint: str | None = Field(
+        default=None,
+        description=(
+            "OTLP/HTTP traces endpoint (e.g. http://otel-collector:4318/v1/traces): emit one "
+            "span tree per request (router, prefill, KV transfer, decode). None = no tracing."
+        ),
+    )
+    routing_stats_period_seconds: float = Field(
+        default=0.5, gt=0, description="How often Ray Serve polls each replica's load."
+    )
+    stream_batch_interval_ms: float = Field(
+        default=50.0,
+        ge=0,
+        le=1000,
+        description=(
+            "Streaming: decode replicas send tokens to the router at most once per this "
+            "interval (the first token and the finish go at once), so a stream costs a few "
+            "messages instead of one per token. 0 = one message per engine step. Ray Serve "
+            "LLM's default is also 50 ms."
+        ),
+    )

@@ -1,7 +1,7 @@
 """Faults in real engine processes of a local cluster, and watching the router recover.
 
 Engine processes are found the way `pdserve down` finds them: pdserve marks each with
-PDSERVE_ENGINE_ROLE and the cluster's GCS address (`local_cluster.is_own_engine`); vLLM names
+PDSERVE_ENGINE_ROLE and the cluster's GCS address (`cluster_procs.is_own_engine`); vLLM names
 the engine-core process `VLLM::EngineCore`. Only a cluster on this machine can be faulted.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import psutil
 
-from pdserve.local_cluster import is_own_engine
+from pdserve.cluster_procs import Scope, is_own_engine
 from pdserve.router.policy.types import PoolName
 
 ENGINE_CORE_NAME = "VLLM::EngineCor"  # the kernel truncates process names to 15 characters
@@ -35,7 +35,7 @@ def engine_cores(ray_port: int, role: PoolName) -> list[psutil.Process]:
         if (
             (proc.info["name"] or "").startswith(ENGINE_CORE_NAME)
             and env.get("PDSERVE_ENGINE_ROLE") == role
-            and is_own_engine(env, ray_port)
+            and is_own_engine(env, Scope(ray_port))
         ):
             found.append(proc)
     if not found:

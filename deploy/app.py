@@ -18,6 +18,9 @@ from pdserve.decode_pool.server import DecodeServer
 from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
 
+# Ray gives the head node this resource (ray._common.constants.HEAD_NODE_RESOURCE_NAME).
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+
 
 def _logging(config: PdserveConfig) -> dict[str, Any]:
     """Ray Serve's per-request access log costs CPU on every hop; off unless asked for."""
@@ -75,7 +78,13 @@ def build_from_config(config: PdserveConfig) -> Application:
         **_pool_options(config.decode, "decode", period, busy_wait), logging_config=logging
     )
     router = serve.deployment(serve.ingress()(Router), name="Router").options(
-        ray_actor_options={"num_cpus": config.router.num_cpus},
+        # On the head node, where `pdserve up` and `pdserve up --head` print the cluster's URL:
+        # with direct ingress (the local cluster) the router replica serves HTTP itself, on
+        # the node it runs on. Under the Helm chart the proxies forward to it from any node.
+        ray_actor_options={
+            "num_cpus": config.router.num_cpus,
+            "resources": {HEAD_NODE_RESOURCE: 0.001},
+        },
         max_ongoing_requests=1024,
         logging_config=logging,
     )

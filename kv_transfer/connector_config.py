@@ -28,12 +28,13 @@ def kv_transfer_config(config: PdserveConfig, role: PoolName) -> dict[str, Any]:
 
 
 def engine_environment(
-    config: PdserveConfig, role: PoolName, side_channel_port: int, node_ip: str = "127.0.0.1"
+    config: PdserveConfig, role: PoolName, side_channel_port: int, node_address: str
 ) -> dict[str, str]:
     """Environment variables one replica sets before starting its engine.
 
     `side_channel_port` must be unique per replica on a node (see `ports.pick_free_port`);
-    `node_ip` is this node's address, used when side_channel_host is 'auto' on cuda.
+    `node_address` is the address remote peers reach this node on (pdserve.node.
+    advertised_address), used when side_channel_host is 'auto'.
     """
     kv = config.kv_transfer
     pool = config.prefill if role == "prefill" else config.decode
@@ -41,7 +42,7 @@ def engine_environment(
         # Marks the engine's processes so `pdserve down` can find any that outlive their actor.
         "PDSERVE_ENGINE_ROLE": role,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel_port),
-        "VLLM_NIXL_SIDE_CHANNEL_HOST": side_channel_host(config, node_ip),
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": side_channel_host(config, node_address),
         "VLLM_NIXL_ABORT_REQUEST_TIMEOUT": str(int(kv.abort_request_timeout_seconds)),
         # Engine-side usage stats phone home; a serving cluster must never do that.
         "VLLM_NO_USAGE_STATS": "1",
@@ -59,9 +60,8 @@ def engine_environment(
     return env
 
 
-def side_channel_host(config: PdserveConfig, node_ip: str) -> str:
-    """The NIXL side-channel address this replica advertises to decode replicas."""
+def side_channel_host(config: PdserveConfig, node_address: str) -> str:
+    """The NIXL side-channel address this replica binds and advertises to decode replicas:
+    the config's override, else the node's address."""
     host = config.kv_transfer.side_channel_host
-    if host != "auto":
-        return host
-    return "127.0.0.1" if config.platform == "cpu" else node_ip
+    return node_address if host == "auto" else host

@@ -201,7 +201,10 @@ class KVTransferConfig(StrictModel):
         default="auto",
         description=(
             "Address other replicas reach this replica's NIXL side channel on; 'auto' = "
-            "127.0.0.1 on cpu (one machine), the Ray node IP on cuda (many nodes)."
+            "the node's address: loopback on a single-machine `pdserve up`, the address "
+            "`pdserve up --head` / `pdserve join` chose (--node-ip, else the one Ray detects), "
+            "the pod IP under the Helm chart. An explicit value applies to every replica on "
+            "every node (per node, use `--node-ip` on up/join)."
         ),
     )
     backends: list[str] = Field(default_factory=lambda: ["UCX"], description="NIXL backends.")

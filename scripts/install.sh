@@ -17,7 +17,7 @@ if [[ $what == runtime ]]; then
   "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
   "$venv/bin/python" -c "import vllm, ray.serve, nixl, transformers; print('>> environment ok: vllm', vllm.__version__)"
 else
-  echo ">> installing dev tools (pytest, ruff, mypy, openai client)"
+  echo ">> installing dev tools (pytest, ruff, mypy, hadolint, openai client)"
   "${pip[@]}" install -q -c constraints/cpu.txt -c constraints/dev.txt -e '.[cpu,dev]'
   "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi

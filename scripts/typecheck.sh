@@ -18,6 +18,12 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.router_config \
   -m pdserve.messages \
   -m pdserve.model_source \
+  -m pdserve.node \
+  -m pdserve.ray_node \
+  -m pdserve.cluster_procs \
+  -m pdserve.serve_env \
+  -m pdserve.local_cluster \
+  -m pdserve.cluster_cli \
   -p pdserve.router \
   -p pdserve.engine \
   -p pdserve.prefill_pool \

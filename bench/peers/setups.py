@@ -117,7 +117,7 @@ def peer_engine_env(
 ) -> dict[str, str]:
     """The engine environment pdserve would use for `role`, without PDSERVE_ENGINE_ROLE (it
     would mark a peer's front-end as an engine); `stock` also drops the placement fixes."""
-    env = engine_environment(config, role, side_channel_port)
+    env = engine_environment(config, role, side_channel_port, "127.0.0.1")  # one machine
     env.pop("PDSERVE_ENGINE_ROLE", None)
     if stock:
         for key in PLACEMENT_ENV:

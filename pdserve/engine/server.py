@@ -15,7 +15,6 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -24,9 +23,10 @@ from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
 from pdserve.engine.liveness import EngineLiveness
 from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
-from pdserve.kv_transfer.connector_config import engine_environment
+from pdserve.kv_transfer.connector_config import engine_environment, side_channel_host
 from pdserve.kv_transfer.ports import pick_free_port
 from pdserve.messages import EngineTimes
+from pdserve.node import advertised_address
 from pdserve.router.policy.types import PoolName
 
 log = logging.getLogger("pdserve.engine")
@@ -58,27 +58,21 @@ def _prepare_process(
         os.setpriority(os.PRIO_PROCESS, 0, 0)
     # Spread replicas over the port range so concurrent starts rarely race for one port.
     offset = (zlib.crc32(replica_id.encode()) % 500) * 4
-    port = pick_free_port(config.kv_transfer.side_channel_base_port + offset)
-    os.environ.update(engine_environment(config, role, port, _node_ip()))
+    # What remote peers must reach binds and is advertised on the node's address: loopback
+    # on a single-machine cluster, the node's own address on a multi-node one.
+    address = advertised_address("auto", os.environ, _node_ip())
+    host = side_channel_host(config, address)
+    port = pick_free_port(config.kv_transfer.side_channel_base_port + offset, host)
+    os.environ.update(engine_environment(config, role, port, address))
     # Tells `pdserve down` which cluster these engine processes belong to.
     os.environ["PDSERVE_GCS_ADDRESS"] = _gcs_address()
     pool = config.prefill if role == "prefill" else config.decode
     if not pool.engine.kv_events:
         return port, None
-    host = kv_events_host(config.platform, os.environ, _node_ip())
-    events_port = pick_free_port(config.kv_transfer.kv_events_base_port + offset, host)
+    events_port = pick_free_port(config.kv_transfer.kv_events_base_port + offset, address)
     # The vLLM plugin (pdserve.kv_transfer.vllm_plugin) makes the publisher bind this address.
     os.environ["PDSERVE_KV_EVENTS_BIND"] = "1"
-    return port, f"tcp://{host}:{events_port}"
-
-
-def kv_events_host(platform: str, environ: Mapping[str, str], node_ip: str) -> str:
-    """The one address an engine publishes KV events on (bound, and advertised to routers):
-    loopback for the local CPU cluster, else the pod's IP (PDSERVE_POD_IP, set by the Helm
-    chart) or Ray's node IP."""
-    if platform == "cpu":
-        return "127.0.0.1"
-    return environ.get("PDSERVE_POD_IP") or node_ip
+    return port, f"tcp://{address}:{events_port}"
 
 
 def _gcs_address() -> str:

@@ -8,9 +8,13 @@ against their CRDs' openAPIV3Schema from ../shared/schemas (next to the reposito
 from __future__ import annotations
 
 import functools
+import json
+import os
 import pathlib
 import re
-from collections.abc import Iterable
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import helm_python
@@ -84,6 +88,58 @@ def ray_containers(rayservice: dict[str, Any]) -> list[dict[str, Any]]:
 def serve_config(rayservice: dict[str, Any]) -> dict[str, Any]:
     parsed: dict[str, Any] = yaml.safe_load(rayservice["spec"]["serveConfigV2"])
     return parsed
+
+
+def plain_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's env entries that have a literal value (valueFrom ones left out)."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+# Ray Serve settings (ray/serve/_private/constants.py) that decide its request path.
+RAY_SERVE_SETTINGS = (
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS",
+    "RAY_SERVE_ENABLE_HA_PROXY",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT",
+    "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT",
+    "RAY_SERVE_USE_GRPC_BY_DEFAULT",
+    "RAY_SERVE_PROXY_USE_GRPC",
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD",
+    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP",
+    "RAY_SERVE_LOG_TO_STDERR",
+    "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE",
+    "RAY_SERVE_FREEZE_GC_ON_STARTUP",
+    "CONTROL_LOOP_INTERVAL_S",
+)
+
+
+@functools.cache
+def _ray_serve_reads(env: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    code = (
+        "import json\n"
+        "from ray.serve._private import constants as c\n"
+        f"print(json.dumps({{n: getattr(c, n) for n in {list(RAY_SERVE_SETTINGS)!r}}}))\n"
+    )
+    # Only `env` decides: none of this process's own RAY_SERVE_* variables leak in.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, **dict(env)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"importing Ray Serve's constants failed:\n{proc.stderr}")
+    settings: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return settings
+
+
+def ray_serve_reads(env: Mapping[str, str]) -> dict[str, Any]:
+    """What the installed Ray Serve's constants are in a process started with `env` (a fresh
+    interpreter imports ray/serve/_private/constants.py; no Ray cluster is started)."""
+    return dict(_ray_serve_reads(tuple(sorted(env.items()))))
 
 
 # ---------------------------------------------------------------------------- validation

@@ -1,7 +1,8 @@
 """The chart renders valid objects for every supported layout, and what it renders follows values.
 
 Variants: the default (deploy/gpu-example.yaml), 1P1D, 4P2D, tensor-parallel prefill, RDMA with
-Multus or host networking, monitoring on, autoscaling off, every router entry point on.
+Multus or host networking, monitoring on, autoscaling off, Ray Serve's lean path off, every router
+entry point on.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "autoscaler": {"enabled": False},
         "pdserve": {"prefill": {"autoscaling": None}, "decode": {"autoscaling": None}},
     },
+    "serve-lean-off": {"serve": {"lean": False}},
     "entry-points": {
         "ingress": {"enabled": True, "className": "nginx"},
         "httpRoute": {"enabled": True, "hostnames": ["llm.example.com"]},

@@ -2,8 +2,8 @@
 
 `cluster` runs `pdserve up --detach` with deploy/local.yaml on test ports and `pdserve down`
 at the end. `reference` is one aggregated vLLM OpenAI server of the same model and engine
-settings (no disaggregation), the oracle for token-identical output; it starts alongside the
-cluster to save wall time.
+settings (no disaggregation), the oracle for token-identical output; it starts on first use
+and serves every cluster of the session (the 2P1D and two-node packages' too).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import psutil
 import pytest
 import yaml
 
-from pdserve import local_cluster
+from pdserve import cluster_procs
 from pdserve.config import PdserveConfig, load_config
 from pdserve.model_source import resolve_model
 
@@ -71,11 +71,13 @@ class Cluster:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the 2 prefill + 1 decode package first, before the session cluster and the
-    reference server start: its fault tests time engine replacements, which a 2-core machine
-    running two more clusters' engines slows several-fold. Its cluster stops when the package
-    ends, so the session cluster's tests then run alone too."""
-    first = [i for i in items if "/two_prefill/" in str(i.path)]
+    """Run the packages with clusters of their own first, one at a time, before the session
+    cluster starts: the 2 prefill + 1 decode package (its fault tests time engine
+    replacements, which a 2-core machine running two more clusters' engines slows
+    several-fold), then the two-node package. Each stops its cluster when it ends, so the
+    session cluster's tests then run alone too."""
+    order = ("/two_prefill/", "/two_node/")
+    first = [i for key in order for i in items if key in str(i.path)]
     if first:
         items[:] = first + [i for i in items if i not in first]
 
@@ -205,12 +207,13 @@ def stop_cluster(
     listening."""
     down = subprocess.run([PDSERVE, "down"], env=env, capture_output=True, text=True, timeout=120)
     if shm_before is not None:
-        left = local_cluster.leftovers(int(env["PDSERVE_RAY_PORT"]), shm_before, ports)
+        scope = cluster_procs.Scope(int(env["PDSERVE_RAY_PORT"]))
+        left = cluster_procs.leftovers(scope, shm_before, ports)
         assert not left, f"`pdserve down` left behind: {left}\n{down.stdout[-2000:]}"
 
 
 @pytest.fixture(scope="session")
-def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("cluster")
     raw = yaml.safe_load((ROOT / "deploy" / "local.yaml").read_text())
     raw["router"]["port"] = ROUTER_PORT
@@ -225,42 +228,36 @@ def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
         "PDSERVE_RAY_METRICS_PORT": str(RAY_METRICS_PORT),
     }
     env.pop("PDSERVE_API_KEY", None)  # this cluster's API is open (two_prefill's has a key)
-    reference = _start_reference(model_path, cfg, tmp / "reference.log")
-    pdserve = str(pathlib.Path(sys.executable).with_name("pdserve"))
-    up = run_up(pdserve, cfg_path, env)
+    up = run_up(PDSERVE, cfg_path, env)
     try:
         if up.returncode != 0:
             raise RuntimeError(startup_failure(up))
         os.environ["PDSERVE_RAY_PORT"] = str(RAY_PORT)
-        yield {
-            "cluster": Cluster(f"http://127.0.0.1:{ROUTER_PORT}", cfg, model_path),
-            "reference": reference,
-            "reference_log": tmp / "reference.log",
-        }
+        yield Cluster(f"http://127.0.0.1:{ROUTER_PORT}", cfg, model_path)
     finally:
-        _kill_tree(reference)
         with contextlib.suppress(Exception):
             import ray
 
             ray.shutdown()
-        subprocess.run([pdserve, "down"], env=env, capture_output=True, timeout=120)
+        subprocess.run([PDSERVE, "down"], env=env, capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session")
-def cluster(_session_servers: dict[str, Any]) -> Cluster:
-    c: Cluster = _session_servers["cluster"]
-    return c
-
-
-@pytest.fixture(scope="session")
-def reference(_session_servers: dict[str, Any]) -> openai.OpenAI:
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    tmp = tmp_path_factory.mktemp("reference")
+    cfg = load_config(ROOT / "deploy" / "local.yaml")
+    log = tmp / "reference.log"
+    server = _start_reference(resolve_model(cfg.model), cfg, log)
     url = f"http://127.0.0.1:{REFERENCE_PORT}"
     try:
-        _wait_http(f"{url}/health", _session_servers["reference"], START_TIMEOUT_S)
-    except Exception as exc:
-        log = _session_servers["reference_log"].read_text()[-3000:]
-        raise RuntimeError(f"reference vLLM server did not start: {exc}\n{log}") from exc
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        try:
+            _wait_http(f"{url}/health", server, START_TIMEOUT_S)
+        except Exception as exc:
+            raise RuntimeError(f"reference vLLM server did not start: {exc}\n"
+                               f"{log.read_text()[-3000:]}") from exc  # fmt: skip
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    finally:
+        _kill_tree(server)
 
 
 @pytest.fixture(scope="session")

@@ -9,16 +9,19 @@ import pytest
 
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
-from pdserve.engine.server import kv_events_host
 from pdserve.kv_transfer.ports import pick_free_port
 from pdserve.kv_transfer.vllm_plugin import register
+from pdserve.node import advertised_address
 
 
-def test_the_host_is_loopback_on_cpu_else_the_pod_ip_else_the_node_ip() -> None:
-    pod = {"PDSERVE_POD_IP": "10.1.2.3"}
-    assert kv_events_host("cpu", pod, "192.168.0.9") == "127.0.0.1"
-    assert kv_events_host("cuda", pod, "192.168.0.9") == "10.1.2.3"
-    assert kv_events_host("cuda", {}, "192.168.0.9") == "192.168.0.9"
+def test_the_address_is_the_nodes_then_the_pods_then_rays_then_loopback() -> None:
+    # The address every engine binds and advertises for remote peers (KV events, NIXL).
+    node = {"PDSERVE_NODE_ADDRESS": "127.0.0.1", "PDSERVE_POD_IP": "10.1.2.3"}
+    assert advertised_address("auto", node, "192.168.0.9") == "127.0.0.1"  # `pdserve up`
+    assert advertised_address("auto", {"PDSERVE_POD_IP": "10.1.2.3"}, "192.168.0.9") == "10.1.2.3"
+    assert advertised_address("auto", {}, "192.168.0.9") == "192.168.0.9"  # Ray's node IP
+    assert advertised_address("auto", {}, None) == "127.0.0.1"  # outside Ray
+    assert advertised_address("172.16.0.4", node, "192.168.0.9") == "172.16.0.4"  # override
 
 
 def test_engine_args_publish_on_the_given_endpoint() -> None:

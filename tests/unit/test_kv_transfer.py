@@ -6,7 +6,11 @@ import pytest
 
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
-from pdserve.kv_transfer.connector_config import engine_environment, kv_transfer_config
+from pdserve.kv_transfer.connector_config import (
+    engine_environment,
+    kv_transfer_config,
+    side_channel_host,
+)
 from pdserve.kv_transfer.params import HandoffError, KVHandoff
 
 VLLM_PARAMS = {
@@ -77,8 +81,9 @@ def test_engine_environment_sets_port_cores_and_marker() -> None:
     cfg = PdserveConfig.model_validate(
         {"prefill": {"cpu_cores": [0]}, "decode": {"cpu_cores": [1]}}
     )
-    env = engine_environment(cfg, "decode", 15612)
+    env = engine_environment(cfg, "decode", 15612, "10.0.0.7")
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "15612"
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.7"  # the node's address (auto)
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert env["PDSERVE_NIXL_KV_CORES"] == "1"
     assert env["PDSERVE_NIXL_PROGRESS_THREAD"] == "0"
@@ -86,4 +91,10 @@ def test_engine_environment_sets_port_cores_and_marker() -> None:
     gpu = PdserveConfig.model_validate(
         {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
     )
-    assert "PDSERVE_NIXL_PROGRESS_THREAD" not in engine_environment(gpu, "prefill", 1)
+    assert "PDSERVE_NIXL_PROGRESS_THREAD" not in engine_environment(gpu, "prefill", 1, "10.0.0.7")
+
+
+def test_side_channel_host_is_the_node_address_unless_overridden() -> None:
+    assert side_channel_host(PdserveConfig(), "10.0.0.7") == "10.0.0.7"
+    fixed = PdserveConfig.model_validate({"kv_transfer": {"side_channel_host": "192.168.5.5"}})
+    assert side_channel_host(fixed, "10.0.0.7") == "192.168.5.5"

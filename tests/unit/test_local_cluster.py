@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from pdserve import local_cluster
+from pdserve import cluster_procs, ray_node
+from pdserve.cluster_procs import Scope
 
 PORT = 6390
 
@@ -33,7 +34,7 @@ PORT = 6390
     ],
 )
 def test_is_own_ray_process(cmdline: list[str], own: bool) -> None:
-    assert local_cluster.is_own_ray_process(cmdline, PORT) is own
+    assert cluster_procs.is_own_ray_process(cmdline, Scope(PORT)) is own
 
 
 @pytest.mark.parametrize(
@@ -48,14 +49,14 @@ def test_is_own_ray_process(cmdline: list[str], own: bool) -> None:
     ],
 )
 def test_is_own_engine(environ: dict[str, str], own: bool) -> None:
-    assert local_cluster.is_own_engine(environ, PORT) is own
+    assert cluster_procs.is_own_engine(environ, Scope(PORT)) is own
 
 
 def test_stale_shm_keeps_what_was_there_what_is_used_and_what_is_not_vllm_or_ray() -> None:
     entries = ["/dev/shm/psm_new", "/dev/shm/psm_old", "/dev/shm/vllm_busy", "/dev/shm/sem.mp-1",
                "/dev/shm/ray_plasma", "/dev/shm/postgres.42"]  # fmt: skip
     keep, in_use = {"/dev/shm/psm_old"}, {"/dev/shm/vllm_busy"}
-    assert local_cluster.stale_shm(entries, keep, in_use) == [
+    assert cluster_procs.stale_shm(entries, keep, in_use) == [
         "/dev/shm/psm_new", "/dev/shm/ray_plasma", "/dev/shm/sem.mp-1"]  # fmt: skip
 
 
@@ -94,7 +95,7 @@ def test_own_ray_processes_include_descendants_that_renamed_themselves() -> None
         _started(sys.executable, "-c", SPAWN_AGENT, f"--gcs_server_port={FREE_PORT + 1}") as other,
     ):
         _wait_for(lambda: any(c.name() == "sleep" for c in own.children(recursive=True)))
-        found = {p.pid for p in local_cluster._own_ray_processes(FREE_PORT)}
+        found = {p.pid for p in cluster_procs.own_ray_processes(Scope(FREE_PORT))}
         agents = [p for p in own.children(recursive=True) if p.cmdline()[:1] == ["ray::SomeAgent"]]
         assert own.pid in found and agents and {a.pid for a in agents} <= found
         assert other.pid not in found and os.getpid() not in found
@@ -109,12 +110,46 @@ def test_own_engines_are_found_by_their_environment() -> None:
         ) as own,
         _started("sleep", "30", env={**role, "PDSERVE_GCS_ADDRESS": f"127.0.0.1:{FREE_PORT + 1}"}),
     ):
-        assert [p.pid for p in local_cluster._own_engines(FREE_PORT)] == [own.pid]
+        assert [p.pid for p in cluster_procs.own_engines(Scope(FREE_PORT))] == [own.pid]
 
 
 def test_ray_worker_ports_stay_clear_of_pdserve_listeners_and_of_each_other() -> None:
-    ranges = {port: local_cluster.worker_ports(port) for port in (6390, 6391, 6393, 6394, 6396)}
+    ranges = {port: ray_node.worker_ports(port) for port in (6390, 6391, 6393, 6394, 6396)}
     for low, high in ranges.values():
         assert 20000 <= low < high <= 29999 and high - low == 999  # below 32768 (ephemeral)
     spans = sorted(ranges.values())
     assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans
+
+
+HEAD, WORKER = "10.77.0.1", "10.77.0.2"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "scope", "own"),
+    [
+        # Two nodes of one cluster on one machine (e.g. two network namespaces).
+        (["raylet", f"--gcs-address={HEAD}:{PORT}", f"--node_ip_address={WORKER}"],
+         Scope(PORT, WORKER, is_head=False), True),
+        (["raylet", f"--gcs-address={HEAD}:{PORT}", f"--node_ip_address={HEAD}"],
+         Scope(PORT, WORKER, is_head=False), False),
+        (["gcs_server", f"--gcs_server_port={PORT}", f"--node-ip-address={HEAD}"],
+         Scope(PORT, HEAD), True),
+        (["python", "monitor.py", f"--gcs-address={HEAD}:{PORT}"], Scope(PORT, HEAD), True),
+        (["python", "monitor.py", f"--gcs-address={HEAD}:{PORT}"],
+         Scope(PORT, WORKER, is_head=False), False),  # names no node: the head's
+        (["raylet", f"--gcs-address={HEAD}:{PORT}", f"--node_ip_address={WORKER}"],
+         Scope(PORT), True),  # no node given: every node of the cluster on this machine
+    ],
+)  # fmt: skip
+def test_down_on_one_node_stops_only_that_nodes_ray_processes(
+    cmdline: list[str], scope: Scope, own: bool
+) -> None:
+    assert cluster_procs.is_own_ray_process(cmdline, scope) is own
+
+
+def test_down_on_one_node_stops_only_that_nodes_engines() -> None:
+    engine = {"PDSERVE_ENGINE_ROLE": "decode", "PDSERVE_GCS_ADDRESS": f"{HEAD}:{PORT}"}
+    on_worker = {**engine, "PDSERVE_NODE_ADDRESS": WORKER}
+    assert cluster_procs.is_own_engine(on_worker, Scope(PORT, WORKER, is_head=False))
+    assert not cluster_procs.is_own_engine(on_worker, Scope(PORT, HEAD))
+    assert cluster_procs.is_own_engine(on_worker, Scope(PORT))

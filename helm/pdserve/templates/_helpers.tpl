@@ -120,8 +120,40 @@ pdserve.deploy.serve_config.serve_config_for(config); the application args ARE t
 {{- fail (printf "%s is set in both kvTransfer.ucx.env and pdserve.kv_transfer.ucx_env: set it in one place" $k) }}
 {{- end }}
 {{- end }}
+{{- /* Direct ingress would move HTTP off the proxies the Service, probes and KubeRay target. */}}
+{{- $serveEnv := include "pdserve.leanServeEnv" . | fromJson }}
+{{- range .Values.extraEnv }}
+{{- if and (hasKey . "name") (hasKey . "value") }}{{ $_ := set $serveEnv .name (toString .value) }}{{ end }}
+{{- end }}
+{{- $directIngress := get $serveEnv "RAY_SERVE_ENABLE_DIRECT_INGRESS" }}
+{{- if and (not (hasKey $serveEnv "RAY_SERVE_ENABLE_DIRECT_INGRESS")) (eq (get $serveEnv "RAY_SERVE_THROUGHPUT_OPTIMIZED") "1") }}
+{{- $directIngress = "1" }}
+{{- end }}
+{{- if or (eq $directIngress "1") (eq (get $serveEnv "RAY_SERVE_ENABLE_HA_PROXY") "1") }}
+{{- fail "extraEnv turns on Ray Serve's direct ingress (RAY_SERVE_ENABLE_DIRECT_INGRESS=1, RAY_SERVE_ENABLE_HA_PROXY=1, or RAY_SERVE_THROUGHPUT_OPTIMIZED=1 without RAY_SERVE_ENABLE_DIRECT_INGRESS=0): the router would then serve HTTP on a port Ray assigns per replica, not through the Serve proxies on pdserve.router.port that the router Service, the probes and KubeRay's health check use. Set serve.lean: true instead (everything else of the throughput mode, HTTP through the proxies; docs/deploy-kubernetes.md)" }}
+{{- end }}
 {{- if and .Values.networkPolicy.enabled .Values.kvTransfer.hostNetwork (not .Values.networkPolicy.nodeCIDRs) }}
 {{- fail "kvTransfer.hostNetwork: worker pods then talk from their node's IP, which the NetworkPolicy's pod selector does not match on most network plugins, so the head would refuse them: list your nodes' CIDRs in networkPolicy.nodeCIDRs, or set networkPolicy.enabled=false" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Ray Serve's lean path (serve.lean): the same mapping as
+pdserve.serve_env.lean_serve_env(None) (tests/chart/test_lean_serve.py fails if they differ).
+Direct ingress stays off: HTTP goes through the Serve proxies on pdserve.router.port, which the
+router Service, the probes and KubeRay's proxy health check target (values.yaml: serve).
+A JSON object; {} when serve.lean is off.
+*/}}
+{{- define "pdserve.leanServeEnv" -}}
+{{- $serve := .Values.serve | default dict }}
+{{- if $serve.lean }}
+{{- toJson (dict
+  "RAY_SERVE_THROUGHPUT_OPTIMIZED" "1"
+  "RAY_SERVE_ENABLE_DIRECT_INGRESS" "0"
+  "RAY_SERVE_CONTROL_LOOP_INTERVAL_S" "0.5"
+  "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE" "1") }}
+{{- else }}
+{{- toJson dict }}
 {{- end }}
 {{- end }}
 
@@ -137,6 +169,19 @@ pdserve.deploy.serve_config.serve_config_for(config); the application args ARE t
 # lower it again, so start them at 0.
 - name: RAY_worker_niceness
   value: "0"
+{{- $lean := include "pdserve.leanServeEnv" . | fromJson }}
+{{- $userEnv := list }}
+{{- range .Values.extraEnv }}{{ $userEnv = append $userEnv .name }}{{ end }}
+{{- if $lean }}
+# Ray Serve's lean path (serve.lean; pdserve/serve_env.py), read by the
+# Serve processes of this pod. A name also in extraEnv is left to extraEnv.
+{{- end }}
+{{- range $name := keys $lean | sortAlpha }}
+{{- if not (has $name $userEnv) }}
+- name: {{ $name }}
+  value: {{ index $lean $name | quote }}
+{{- end }}
+{{- end }}
 {{- if .Values.apiKey.existingSecret }}
 - name: PDSERVE_API_KEY
   valueFrom:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdserve import local_cluster
+from pdserve import cluster_procs
 from tests.integration.conftest import Cluster, start_cluster, stop_cluster
 
 API_KEY = "sk-pdserve-test-4f1c"
@@ -20,7 +20,7 @@ RAY_METRICS_PORT_2P1D = 8084
 
 @pytest.fixture(scope="package")
 def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    shm_before = local_cluster.shm_snapshot()
+    shm_before = cluster_procs.shm_snapshot()
     cluster, env = start_cluster(
         "local-2p1d.yaml",
         tmp_path_factory.mktemp("2p1d"),

@@ -1,0 +1,1 @@
+"""Image checks without a Docker daemon: build context, Dockerfiles, hadolint."""

@@ -145,9 +145,6 @@ def up(
         raise typer.BadParameter("--pool and --node-ip are for multi-node clusters: add --head")
     spec = _node_spec("head" if head else "single", pools, cores, node_ip)
     cfg = load(config, console)
-    with console.status(f"preparing model '{cfg.model.source}'"):
-        path = resolve_model(cfg.model)
-    console.print(f"model: {path}")
     shm_before = lc.shm_snapshot()
     try:
         with console.status("starting Ray"):
@@ -158,6 +155,26 @@ def up(
     lc.write_state(node, shm_before, cfg)
     if head:
         _print_join_help(console, node, lc.RAY_METRICS_PORT)
+    # Before the model (possibly a long download): can the cluster place every pool?
+    missing = lc.unplaceable(cfg, node.gcs_address)
+    label = "[yellow]waiting for a node:[/yellow]" if head else "[red]cannot place:[/red]"
+    for line in missing:
+        console.print(f"{label} {line}")
+    if missing and not head:  # nothing will join a single-machine cluster
+        console.print(
+            "[red]start-up failed:[/red] this machine cannot place every pool "
+            "(to add machines, start with `pdserve up --head`: docs/multi-node.md)"
+        )
+        lc.down(console.print)
+        raise typer.Exit(1)
+    try:
+        with console.status(f"preparing model '{cfg.model.source}'"):
+            path = resolve_model(cfg.model)
+    except Exception as exc:
+        console.print(f"[red]start-up failed:[/red] model '{cfg.model.source}': {exc}")
+        lc.down(console.print)
+        raise typer.Exit(1) from exc
+    console.print(f"model: {path}")
     url = f"http://{cfg.router.host}:{cfg.router.port}"
     t0 = time.monotonic()
 
@@ -171,18 +188,13 @@ def up(
             table.add_row(r.name, r.status, f"{r.num_running}/{r.num_target}", r.message[:80])
         return table
 
-    def waiting(missing: list[str]) -> None:
-        for line in missing:
-            console.print(f"[yellow]waiting for a node:[/yellow] {line}")
-
-    on_wait = waiting if head else None
     gcs = node.gcs_address
     try:
         if console.is_terminal:
             with Live(render([]), console=console, refresh_per_second=2, transient=False) as live:
-                lc.deploy(cfg, gcs, lambda r: live.update(render(r)), timeout_s, on_wait)
+                lc.deploy(cfg, gcs, lambda r: live.update(render(r)), timeout_s)
         else:  # a log, not a screen: one line per change, so a stuck start shows where
-            lc.deploy(cfg, gcs, _ProgressLines(console.print, t0), timeout_s, on_wait)
+            lc.deploy(cfg, gcs, _ProgressLines(console.print, t0), timeout_s)
         with console.status("waiting for the router to see both pools (GET /ready)"):
             lc.wait_router_ready(url, max(10.0, timeout_s - (time.monotonic() - t0)))
     except (lc.ClusterError, KeyboardInterrupt) as exc:

@@ -98,15 +98,12 @@ def deploy(
     gcs_address: str,
     on_progress: Callable[[list[DeploymentProgress]], None],
     timeout_seconds: float = 900.0,
-    on_waiting_for_nodes: Callable[[list[str]], None] | None = None,
 ) -> None:
     """Deploy the Serve app on the cluster whose head is `gcs_address` and wait until every
     deployment is healthy.
 
-    Calls `on_progress` about once a second while engines start. A pool that no node of the
-    cluster can place (a Ray resource or GPUs nobody advertises) is a ClusterError at once,
-    unless `on_waiting_for_nodes` is given (a multi-node head: nodes may still join), which is
-    told what is missing. Raises ClusterError when a deployment fails or the timeout passes.
+    Calls `on_progress` about once a second while engines start. Raises ClusterError when a
+    deployment fails or the timeout passes.
     """
     # The app's deployment handles are made here, in the driver, and keep the options of this
     # process: give it the cluster's Serve settings before Serve reads them at import.
@@ -118,11 +115,6 @@ def deploy(
 
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
-    missing = unplaceable_pools(config, ray.cluster_resources())
-    if missing and on_waiting_for_nodes is None:
-        raise ClusterError("; ".join(missing))
-    if missing and on_waiting_for_nodes is not None:
-        on_waiting_for_nodes(missing)
     proxy_port = config.router.port + (PROXY_PORT_OFFSET if LEAN_SERVE else 0)
     # One proxy, on the head with the router (which serves HTTP itself with direct ingress).
     serve.start(
@@ -154,6 +146,18 @@ def deploy(
     on_progress(_progress(config.app_name))
     if failure:
         raise ClusterError(f"deploying {config.app_name} failed: {failure[0]}")
+
+
+def unplaceable(config: PdserveConfig, gcs_address: str) -> list[str]:
+    """What the cluster's nodes lack for the config's pools (a Ray resource, GPUs), one line
+    per pool (see pdserve.node.unplaceable_pools); empty when every pool can place."""
+    import ray
+
+    ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
+    try:
+        return unplaceable_pools(config, ray.cluster_resources())
+    finally:
+        ray.shutdown()
 
 
 def wait_router_ready(url: str, timeout_seconds: float) -> None:

@@ -26,6 +26,8 @@ PROXY_PORT_OFFSET = 1000
 # Ports the controller may hand to ingress replicas, from router.port up (the first replica on
 # a node gets the lowest free one; a replaced replica's port is held back for a while).
 DIRECT_INGRESS_HTTP_PORTS = 64
+# Seconds a draining direct-ingress router still accepts requests (see lean_serve_env).
+LOCAL_DRAINING_PERIOD_S = 2.0
 
 
 def lean_serve_env(direct_ingress_port: int | None) -> dict[str, str]:
@@ -60,4 +62,8 @@ def lean_serve_env(direct_ingress_port: int | None) -> dict[str, str]:
     env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"] = str(
         direct_ingress_port + DIRECT_INGRESS_HTTP_PORTS
     )
+    # A stopping router replica keeps accepting for this long so that load balancers notice
+    # (Ray's default 30 s). Nothing balances in front of the local cluster's router: the wait
+    # only made every `pdserve down` 30 s longer.
+    env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] = str(LOCAL_DRAINING_PERIOD_S)
     return env

@@ -19,6 +19,7 @@ def test_local_cluster_settings_with_direct_ingress_on_the_router_port() -> None
         "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": "8000",
         "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(8000 + DIRECT_INGRESS_HTTP_PORTS),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2.0",
     }
 
 
@@ -27,6 +28,7 @@ def test_without_a_direct_ingress_port_only_direct_ingress_differs() -> None:
     ingress_ports = {
         "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT",
         "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
     }
     assert {k: v for k, v in with_port.items() if k not in ingress_ports} == {
         k: v for k, v in without.items() if k != "RAY_SERVE_ENABLE_DIRECT_INGRESS"
@@ -51,6 +53,7 @@ def test_ray_serve_reads_the_local_settings_as_direct_ingress_on_the_router_port
     assert settings["RAY_SERVE_USE_GRPC_BY_DEFAULT"] is True
     assert settings["CONTROL_LOOP_INTERVAL_S"] == 0.5
     assert settings["RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE"] == 1
+    assert settings["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] == 2.0
     # The controller hands out ports from range(MIN, MAX): router.port first.
     assert (
         settings["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 import yaml
@@ -26,11 +26,23 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 def demo_model(
     out: Annotated[pathlib.Path, typer.Option("--out", help="Folder to create the model in.")],
     seed: Annotated[int, typer.Option(help="Weights seed.")] = 0,
+    size: Annotated[
+        str,
+        typer.Option(
+            help="tiny (default; 0.8 M parameters, float32) or gpu-check (208 M, bfloat16, "
+            "415 MB: KV transfers big enough to measure)."
+        ),
+    ] = "tiny",
 ) -> None:
-    """Create the built-in tiny demo model (Llama architecture, local tokenizer), offline."""
+    """Create the built-in demo model (Llama architecture, local tokenizer), offline."""
     from pdserve.demo_model import create_demo_model
+    from pdserve.demo_presets import PRESETS, DemoSize
 
-    path = create_demo_model(out, seed=seed)
+    if size not in PRESETS:
+        raise typer.BadParameter(
+            f"{size!r} is not one of {', '.join(PRESETS)}", param_hint="--size"
+        )
+    path = create_demo_model(out, seed=seed, size=cast("DemoSize", size))
     typer.echo(f"demo model written to {path}")
 
 

@@ -266,10 +266,13 @@ class PdserveConfig(StrictModel):
         if self.platform == "cpu" and self.kv_transfer.buffer_device == "cuda":
             raise ValueError("kv_transfer.buffer_device 'cuda' needs platform 'cuda'")
         for role, pool in (("prefill", self.prefill), ("decode", self.decode)):
-            if self.platform == "cuda" and pool.num_gpus < pool.engine.tensor_parallel_size:
+            tp = pool.engine.tensor_parallel_size
+            shares_one_gpu = tp == 1 and 0 < pool.num_gpus < 1  # e.g. 1P1D on one GPU
+            if self.platform == "cuda" and pool.num_gpus < tp and not shares_one_gpu:
                 raise ValueError(
-                    f"{role}.num_gpus ({pool.num_gpus}) must cover "
-                    f"tensor_parallel_size ({pool.engine.tensor_parallel_size}) on cuda"
+                    f"{role}.num_gpus ({pool.num_gpus}) must cover tensor_parallel_size ({tp}) "
+                    "on cuda, or be a share of one GPU (0 < num_gpus < 1) with "
+                    "tensor_parallel_size 1"
                 )
             eng = pool.engine
             if not eng.enable_chunked_prefill and (

@@ -33,11 +33,16 @@ RAY_METRICS_PORT = int(os.environ.get("PDSERVE_RAY_METRICS_PORT", "8081"))
 # PROXY_PORT_OFFSET), a 0.5 s control loop, warnings logged at once.
 # PDSERVE_LEAN_SERVE=0 falls back to Ray Serve's defaults (HTTP through the proxy actor).
 LEAN_SERVE = os.environ.get("PDSERVE_LEAN_SERVE", "1") == "1"
+# PDSERVE_DIRECT_INGRESS=0 keeps the rest of the lean path but serves HTTP through Serve's proxy
+# on router.port: the Helm chart's settings, for measuring what direct ingress buys.
+DIRECT_INGRESS = os.environ.get("PDSERVE_DIRECT_INGRESS", "1") == "1"
 
 
 def _serve_env(config: PdserveConfig) -> dict[str, str]:
     """Ray Serve settings the controller and replicas read from the environment."""
-    return lean_serve_env(config.router.port) if LEAN_SERVE else {}
+    if not LEAN_SERVE:
+        return {}
+    return lean_serve_env(config.router.port if DIRECT_INGRESS else None)
 
 
 class ClusterError(RuntimeError):
@@ -115,7 +120,7 @@ def deploy(
 
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
-    proxy_port = config.router.port + (PROXY_PORT_OFFSET if LEAN_SERVE else 0)
+    proxy_port = config.router.port + (PROXY_PORT_OFFSET if LEAN_SERVE and DIRECT_INGRESS else 0)
     # One proxy, on the head with the router (which serves HTTP itself with direct ingress).
     serve.start(
         proxy_location="HeadOnly",

@@ -93,7 +93,7 @@ record() { # NAME RC ELAPSED_S LIMIT_S
 }
 skip() { say "$1: skipped ($2)"; record "$1" -1 0 0; }
 
-STEP_PID="" REF_PID="" UP_STARTED=0
+STEP_PID="" STEP_NAME="" STEP_T0="" REF_PID="" UP_STARTED=0
 # run_step NAME CAP_S RESERVE_S CMD...: run CMD (output to NAME.log) under a limit of CAP_S,
 # or of the budget left minus RESERVE_S (kept for later steps) if that is less.
 run_step() {
@@ -105,10 +105,10 @@ run_step() {
   say "$name: running (limit $limit s, log $OUT_DIR/$name.log)"
   t=$(now_s)
   timeout --kill-after=10 "$limit" "$@" >"$OUT_DIR/$name.log" 2>&1 &
-  STEP_PID=$!
+  STEP_PID=$! STEP_NAME=$name STEP_T0=$t
   wait "$STEP_PID"
   rc=$?
-  STEP_PID=""
+  STEP_PID="" STEP_NAME=""
   record "$name" "$rc" "$(since "$t")" "$limit"
   if ((rc == 0)); then
     say "$name: ok ($(since "$t") s)"
@@ -119,14 +119,28 @@ run_step() {
   return "$rc"
 }
 
+# Ray's logs of this session (replicas, engines): they vanish with the machine otherwise.
+collect_ray_logs() {
+  local src=/tmp/ray/session_latest/logs
+  [[ -d $src ]] || return 0
+  mkdir -p "$OUT_DIR/ray-logs"
+  find -L "$src" -maxdepth 2 -type f -size +0 -size -5M \( -path "$src/serve/*" \
+    -o -name "worker-*.err" -o -name "worker-*.out" -o -name "raylet.out" \) \
+    -exec cp {} "$OUT_DIR/ray-logs/" \; 2>/dev/null
+}
+
 cleanup() {
   local rc=$? t down_rc
   trap - EXIT INT TERM
-  [[ -n $STEP_PID ]] && kill -TERM "$STEP_PID" 2>/dev/null && wait "$STEP_PID" 2>/dev/null
+  if [[ -n $STEP_PID ]]; then  # interrupted mid-step: stop it, record it as interrupted
+    kill -TERM "$STEP_PID" 2>/dev/null && wait "$STEP_PID" 2>/dev/null
+    record "$STEP_NAME" 130 "$(since "$STEP_T0")" 0
+  fi
   if [[ -n $REF_PID ]]; then
     "${CHECK[@]}" kill-tree "$REF_PID" >>"$OUT_DIR/reference.log" 2>&1
   fi
   if ((UP_STARTED)); then
+    collect_ray_logs
     say "down: stopping the cluster"
     t=$(now_s)
     timeout --kill-after=10 75 "$PDSERVE" down >"$OUT_DIR/down.log" 2>&1
@@ -185,6 +199,8 @@ REF_UP=0
 if run_step reference-ready 240 60 "${CHECK[@]}" wait-ready --url "$REF_URL/health" \
   --pid "$REF_PID" --timeout-s 600; then
   REF_UP=1
+else
+  echo "    reference.log:" && tail -n 25 "$OUT_DIR/reference.log" | sed 's/^/    /'
 fi
 
 if ((CLUSTER_UP && REF_UP)); then

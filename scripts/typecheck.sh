@@ -19,6 +19,8 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.messages \
   -m pdserve.model_source \
   -m pdserve.node \
+  -m pdserve.demo_presets \
+  -m pdserve.demo_model \
   -m pdserve.ray_node \
   -m pdserve.cluster_procs \
   -m pdserve.serve_env \
@@ -34,4 +36,5 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.kv_transfer.vllm_plugin \
   -p pdserve.deploy \
   -p pdserve.top \
-  -p pdserve.profiling
+  -p pdserve.profiling \
+  -p pdserve.bench.gpu_check

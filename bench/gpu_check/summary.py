@@ -3,10 +3,11 @@
 Inputs, all in the run's output folder (any may be missing: its step failed or was skipped):
 
 * ``steps.jsonl``: one ``{"step", "rc", "elapsed_s", "timeout_s"}`` line per step, written by
-  scripts/gpu-check.sh (rc 124/137: the step ran out of time; rc -1: skipped);
+  scripts/gpu-check.sh (rc 124/137: the step ran out of time; -1: skipped; 130: interrupted);
 * ``env.json`` (GPU and library versions), ``model.json`` (the model's size and shape);
 * ``kv_check.json`` (`pdserve kv-check --json`), ``identity.json`` (identity.report),
-  ``bench.json`` (`pdserve bench --json`).
+  ``bench.json`` (`pdserve bench --json`), ``metrics.txt`` (the router's /metrics after the
+  benchmark: the KV handoffs pdserve itself timed).
 
 `summarize` turns them into rows and a verdict: the run passes when every step exited 0 and
 the identity check passed. A fallback to TCP or failed benchmark requests are shown, marked,
@@ -28,6 +29,7 @@ from rich.table import Table
 FILES = ("env.json", "model.json", "kv_check.json", "identity.json", "bench.json")
 TIMEOUT_RCS = (124, 137)
 SKIPPED_RC = -1
+INTERRUPTED_RC = 130
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Inputs:
     steps: tuple[Step, ...] = ()
     docs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     problems: tuple[str, ...] = ()  # unreadable files
+    metrics_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ def _step_rows(steps: Sequence[Step]) -> tuple[list[Row], list[str]]:
             status, ok = "ok", True
         elif s.rc == SKIPPED_RC:
             status, ok = "skipped (no time left or an earlier step failed)", False
+        elif s.rc == INTERRUPTED_RC:
+            status, ok = "interrupted", False
         elif s.rc in TIMEOUT_RCS:
             status, ok = f"timed out (limit {fmt_num(s.timeout_s, 0)} s)", False
         else:
@@ -119,9 +124,11 @@ def _env_rows(env: Mapping[str, Any]) -> list[Row]:
 def _model_rows(model: Mapping[str, Any]) -> list[Row]:
     rows = [Row("model", "size", f"{model.get('size')} ({model.get('dtype')})")]
     if isinstance(model.get("num_parameters"), int):
-        rows.append(Row("model", "parameters", f"{model['num_parameters'] / 1e6:.0f} M"))
+        millions = model["num_parameters"] / 1e6
+        rows.append(Row("model", "parameters", f"{millions:.{0 if millions >= 10 else 1}f} M"))
     if isinstance(model.get("weight_bytes"), int):
-        rows.append(Row("model", "weights", fmt_bytes(model["weight_bytes"])))
+        weights = model["weight_bytes"]
+        rows.append(Row("model", "weights", f"{weights / 1e6:.0f} MB ({fmt_bytes(weights)})"))
     if isinstance(model.get("kv_cache_bytes_per_token"), int):
         rows.append(
             Row("model", "KV cache per token", fmt_bytes(model["kv_cache_bytes_per_token"]))
@@ -211,6 +218,37 @@ def _bench_rows(bench: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+def kv_transfer_totals(metrics_text: str) -> dict[str, float]:
+    """Sums of the router's KV transfer histograms: `count`, `seconds`, `bytes` (zeros when
+    absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = {"count": 0.0, "seconds": 0.0, "bytes": 0.0}
+    wanted = {
+        "pdserve_kv_transfer_seconds_count": "count",
+        "pdserve_kv_transfer_seconds_sum": "seconds",
+        "pdserve_kv_transfer_bytes_sum": "bytes",
+    }
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                totals[wanted[sample.name]] += float(sample.value)
+    return totals
+
+
+def _pdserve_kv_rows(metrics_text: str) -> list[Row]:
+    t = kv_transfer_totals(metrics_text)
+    if not t["count"]:
+        return [Row("kv (pdserve)", "handoffs timed by the router", "none", False)]
+    mean_s, mean_bytes = t["seconds"] / t["count"], t["bytes"] / t["count"]
+    rate = t["bytes"] / t["seconds"] / 1e9 if t["seconds"] else None
+    return [
+        Row("kv (pdserve)", "handoffs timed by the router", f"{t['count']:.0f}"),
+        Row("kv (pdserve)", "mean per handoff", f"{fmt_s(mean_s)}, {fmt_bytes(mean_bytes)}"),
+        Row("kv (pdserve)", "effective bandwidth", f"{fmt_num(rate, 2)} GB/s"),
+    ]
+
+
 def summarize(inputs: Inputs) -> Summary:
     """Rows and failures of one run (pure)."""
     rows: list[Row] = []
@@ -233,6 +271,8 @@ def summarize(inputs: Inputs) -> Summary:
         failures.append("identity.json missing")
     if "bench.json" in docs:
         rows += _bench_rows(docs["bench.json"])
+    if inputs.metrics_text is not None:
+        rows += _pdserve_kv_rows(inputs.metrics_text)
     if not inputs.steps:
         failures.append("no steps recorded (steps.jsonl missing or empty)")
     return Summary(tuple(rows), tuple(dict.fromkeys(failures)))
@@ -269,7 +309,9 @@ def load(folder: pathlib.Path) -> Inputs:
             docs[name] = doc
         else:
             problems.append(f"{name}: expected a JSON object")
-    return Inputs(tuple(steps), docs, tuple(problems))
+    metrics = folder / "metrics.txt"
+    metrics_text = metrics.read_text() if metrics.exists() else None
+    return Inputs(tuple(steps), docs, tuple(problems), metrics_text)
 
 
 def render(summary: Summary, console: Console, title: str = "pdserve GPU check") -> None:

@@ -32,7 +32,7 @@ from pdserve.bench.peers.report import (
     table_lines,
 )
 from pdserve.bench.peers.sampler import list_pids, read_record
-from pdserve.bench.peers.setups import SETUP_NAMES, Ports, Setup
+from pdserve.bench.peers.setups import DEFAULT_SETUPS, SETUP_NAMES, Ports, Setup
 from pdserve.config import load_config
 from pdserve.model_source import resolve_model
 
@@ -49,7 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-requests", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--token-ids", action="store_true", help="token-id prompts (no calibration)")
-    p.add_argument("--setups", default=",".join(SETUP_NAMES), help="comma-separated subset")
+    p.add_argument(
+        "--setups",
+        default=",".join(DEFAULT_SETUPS),
+        help=f"comma-separated, from {','.join(SETUP_NAMES)}",
+    )
     p.add_argument("--config", type=pathlib.Path, default=DEFAULT_CONFIG, help="pdserve YAML")
     p.add_argument("--json", type=pathlib.Path, default=None, help="write the results here")
     p.add_argument("--log-dir", type=pathlib.Path, default=None, help="logs, raw JSON, CPU rows")
@@ -116,7 +120,11 @@ def build_setups(args: argparse.Namespace, log_dir: pathlib.Path) -> list[Setup]
         "ray_serve_llm": RayServeLLMSetup(cfg, model_path, ports, log_dir, _log, args.stock_peers),
         "plain_vllm": PlainVLLMSetup(cfg, model_path, ports, log_dir, _log, args.stock_peers),
         "pdserve": PdserveSetup(args.config, cfg.model.served_model_name, ports, log_dir, _log),
-    }
+        "pdserve_proxy": PdserveSetup(
+            args.config, cfg.model.served_model_name, ports, log_dir, _log,
+            name="pdserve_proxy", env={"PDSERVE_DIRECT_INGRESS": "0"},
+        ),
+    }  # fmt: skip
     chosen = args.setups.split(",")
     return [every[name] for name in SETUP_NAMES if name in chosen]
 

@@ -2,9 +2,9 @@
 
 The copy changes only ports (router 8303, NIXL side channels from 23650); Ray's GCS, state
 directory and metrics port come from PDSERVE_RAY_PORT / PDSERVE_STATE_DIR /
-PDSERVE_RAY_METRICS_PORT. Tear-down kills the cluster's processes by pid instead of running
-`pdserve down`: that command runs `ray stop --force` and kills every process marked
-PDSERVE_ENGINE_ROLE, which would also stop other people's clusters on this machine.
+PDSERVE_RAY_METRICS_PORT. Tear-down kills the cluster's processes by pid (the harness's own
+rule for every setup, `procs.Scope`). `pdserve_proxy` is the same with PDSERVE_DIRECT_INGRESS=0:
+the Serve settings the Helm chart runs (HTTP through Serve's proxy on the router port).
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ def private_config(raw: dict[str, Any], ports: Ports) -> dict[str, Any]:
 class PdserveSetup:
     """`pdserve up --detach` on private ports."""
 
-    name = "pdserve"
-
     def __init__(
         self,
         config_path: pathlib.Path,
@@ -52,7 +50,11 @@ class PdserveSetup:
         ports: Ports,
         log_dir: pathlib.Path,
         log: Log,
+        name: str = "pdserve",
+        env: dict[str, str] | None = None,
     ) -> None:
+        self.name = name
+        self._env = env or {}
         self._config_path = config_path
         self._model_id = model_id
         self._ports = ports
@@ -75,6 +77,7 @@ class PdserveSetup:
             "PDSERVE_RAY_PORT": str(p.pdserve_gcs),
             "PDSERVE_STATE_DIR": str(self._state_dir),
             "PDSERVE_RAY_METRICS_PORT": str(p.pdserve_metrics),
+            **self._env,
         }
         pdserve = str(pathlib.Path(sys.executable).with_name("pdserve"))
         log_path = self._log_dir / "pdserve-up.log"

@@ -19,6 +19,7 @@ SETUP_LABELS = {
     "ray_serve_llm": "Ray Serve LLM P/D (build_pd_openai_app)",
     "plain_vllm": "2 plain vLLM servers + 60-line proxy (floor)",
     "pdserve": "pdserve",
+    "pdserve_proxy": "pdserve, HTTP via Serve's proxy (the Helm chart's lean path)",
 }
 CALIBRATION_PROBES = 2  # pdserve bench sends two calibration requests in text mode
 

@@ -230,5 +230,8 @@ def _signal(records: list[ProcRecord], sig: signal.Signals) -> None:
             os.kill(rec.pid, sig)
 
 
-SetupName = Literal["ray_serve_llm", "plain_vllm", "pdserve"]
-SETUP_NAMES: tuple[SetupName, ...] = ("ray_serve_llm", "plain_vllm", "pdserve")
+SetupName = Literal["ray_serve_llm", "plain_vllm", "pdserve", "pdserve_proxy"]
+# The default run compares the first three; pdserve_proxy is pdserve with the Helm chart's
+# Serve settings (no direct ingress), asked for with --setups pdserve,pdserve_proxy.
+SETUP_NAMES: tuple[SetupName, ...] = ("ray_serve_llm", "plain_vllm", "pdserve", "pdserve_proxy")
+DEFAULT_SETUPS: tuple[SetupName, ...] = ("ray_serve_llm", "plain_vllm", "pdserve")

@@ -82,3 +82,16 @@ def steps_lines(failed: dict[str, int] | None = None) -> str:
         rc = (failed or {}).get(name, 0)
         lines.append(f'{{"step": "{name}", "rc": {rc}, "elapsed_s": 1.5, "timeout_s": 60}}')
     return "\n".join(lines) + "\n"
+
+
+def metrics_text(num_transfers: int = 4) -> str:
+    """Router /metrics with `num_transfers` KV handoffs of 24 MB in 4 ms each."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    registry = CollectorRegistry()
+    seconds = Histogram("pdserve_kv_transfer_seconds", "KV transfer time.", registry=registry)
+    moved = Histogram("pdserve_kv_transfer_bytes", "KV bytes.", registry=registry)
+    for _ in range(num_transfers):
+        seconds.observe(0.004)
+        moved.observe(24e6)
+    return generate_latest(registry).decode()

@@ -11,7 +11,13 @@ from typer.testing import CliRunner
 
 from pdserve.bench.gpu_check.cli import app
 from pdserve.bench.gpu_check.summary import Inputs, Step, load, render, summarize
-from tests.unit.gpu_check.samples import bench_doc, identity_doc, kv_check_doc, steps_lines
+from tests.unit.gpu_check.samples import (
+    bench_doc,
+    identity_doc,
+    kv_check_doc,
+    metrics_text,
+    steps_lines,
+)
 
 
 def _run_folder(tmp_path: pathlib.Path, **docs: object) -> pathlib.Path:
@@ -43,7 +49,7 @@ def test_complete_run_passes_and_shows_every_number(tmp_path: pathlib.Path) -> N
     assert summary.passed, summary.failures
     text = _text(load(folder))
     for expected in (
-        "PASS", "H100", "208 M", "396.0 MiB", "16 KiB",
+        "PASS", "H100", "208 M", "415 MB (396.0 MiB)", "16 KiB",
         "READ 4 KiB", "READ 64 MiB", "cuda_ipc/cuda (fabric: nvlink)", "fell back to TCP", "no",
         "2/3 identical, 1 near ties (at most 2), 0 different, 0 errors", "KV handoffs counted",
         "TTFT p50 / p99", "65.0 ms", "ITL p50 / p99", "throughput", "req/s", "total", "12.0 s",
@@ -51,7 +57,9 @@ def test_complete_run_passes_and_shows_every_number(tmp_path: pathlib.Path) -> N
         assert expected in text, expected
     # One table, sections in pipeline order.
     assert text.index("environment") < text.index("model") < text.index("steps")
-    assert text.index("steps") < text.index("kv-check") < text.index("identity") < text.index("bench")
+    assert (
+        text.index("steps") < text.index("kv-check") < text.index("identity") < text.index("bench")
+    )
     written = json.loads(json.dumps(summary.to_json()))
     assert written["passed"] is True and written["failures"] == []
 
@@ -130,3 +138,17 @@ def test_summary_command_writes_json_and_sets_the_exit_code(tmp_path: pathlib.Pa
     result = CliRunner().invoke(app, ["summary", "--dir", str(bad)])
     assert result.exit_code == 1
     assert json.loads((bad / "summary.json").read_text())["failures"]
+
+
+def test_kv_handoffs_timed_by_the_router(tmp_path: pathlib.Path) -> None:
+    folder = _run_folder(tmp_path, identity=identity_doc())
+    (folder / "metrics.txt").write_text(metrics_text(4))
+    rows = {r.metric: r.value for r in summarize(load(folder)).rows if r.section == "kv (pdserve)"}
+    assert rows == {
+        "handoffs timed by the router": "4",
+        "mean per handoff": "4.0 ms, 22.9 MiB",
+        "effective bandwidth": "6.00 GB/s",
+    }
+    (folder / "metrics.txt").write_text(metrics_text(0))
+    none = [r for r in summarize(load(folder)).rows if r.section == "kv (pdserve)"]
+    assert [(r.value, r.ok) for r in none] == [("none", False)]

@@ -24,7 +24,8 @@ class DecodeServer(PoolReplica):
     role: ClassVar[PoolName] = "decode"
 
     async def generate(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
-        async for chunk in decode_stream(self._server.engine, request, self._server.replica_id):
+        server = self._server
+        async for chunk in decode_stream(server.engine, request, server.replica_id, server.pending):
             yield chunk
 
     async def release(self, request: KVRelease) -> None:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pdserve.decode_pool.coalesce import coalesce
+from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.server import EngineRequestError, engine_times
 from pdserve.messages import DecodeChunk, DecodeRequest, SamplingOptions, TokenLogprob
 
@@ -58,11 +59,12 @@ def _logprobs(completion: Any, k: int) -> list[TokenLogprob]:
 
 
 async def decode_stream(
-    engine: Any, request: DecodeRequest, replica_id: str
+    engine: Any, request: DecodeRequest, replica_id: str, pending: PendingPrefills
 ) -> AsyncIterator[DecodeChunk]:
     """Generate `request` on `engine` (a vLLM AsyncLLM), pulling its KV first when
-    `request.handoff` is set. Closing or cancelling the iteration aborts the engine request;
-    raises EngineRequestError when the engine ends it with an error (e.g. a failed pull)."""
+    `request.handoff` is set, else prefilling it here (counted in `pending` until its first
+    token). Closing or cancelling the iteration aborts the engine request; raises
+    EngineRequestError when the engine ends it with an error (e.g. a failed pull)."""
     from vllm.inputs import TokensPrompt
 
     params = sampling_params(request.sampling)
@@ -71,29 +73,35 @@ async def decode_stream(
     k = request.sampling.num_logprobs
     num_prompt = len(request.prompt_token_ids)
     first = True
+    if request.handoff is None:
+        pending.add(request.request_id, num_prompt - request.expected_cached_tokens)
     outputs = engine.generate(
         TokensPrompt(prompt_token_ids=request.prompt_token_ids),
         params,
         request.request_id,
         priority=request.priority,
     )
-    async for output in coalesce(outputs, request.batch_interval_s):
-        completion = output.outputs[0]
-        finish = completion.finish_reason if output.finished else None
-        if finish == "error" or finish == "abort":
-            raise EngineRequestError(
-                f"decode of {request.request_id} failed in the engine ({finish}); "
-                "the KV pull from prefill may have failed"
+    try:
+        async for output in coalesce(outputs, request.batch_interval_s):
+            pending.done(request.request_id)  # prefilled: its first token is out
+            completion = output.outputs[0]
+            finish = completion.finish_reason if output.finished else None
+            if finish == "error" or finish == "abort":
+                raise EngineRequestError(
+                    f"decode of {request.request_id} failed in the engine ({finish}); "
+                    "the KV pull from prefill may have failed"
+                )
+            yield DecodeChunk(
+                text=completion.text,
+                token_ids=list(completion.token_ids),
+                logprobs=_logprobs(completion, k) if k is not None else None,
+                finish_reason=finish,
+                stop_reason=completion.stop_reason if output.finished else None,
+                num_prompt_tokens=num_prompt,
+                num_cached_tokens=output.num_cached_tokens or 0,
+                engine_times=engine_times(output) if first else None,
+                replica_id=replica_id if first else "",
             )
-        yield DecodeChunk(
-            text=completion.text,
-            token_ids=list(completion.token_ids),
-            logprobs=_logprobs(completion, k) if k is not None else None,
-            finish_reason=finish,
-            stop_reason=completion.stop_reason if output.finished else None,
-            num_prompt_tokens=num_prompt,
-            num_cached_tokens=output.num_cached_tokens or 0,
-            engine_times=engine_times(output) if first else None,
-            replica_id=replica_id if first else "",
-        )
-        first = False
+            first = False
+    finally:
+        pending.done(request.request_id)

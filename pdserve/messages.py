@@ -56,6 +56,9 @@ class PrefillRequest:
     priority: int = 0
     target_replica_id: str | None = None
     """The prefill replica the router's policy chose (None: Ray Serve places by load)."""
+    expected_cached_tokens: int = 0
+    """Prompt tokens the router expects the engine's prefix cache to hold (its pending-prefill
+    count leaves them out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class DecodeRequest:
     priority: int = 0
     target_replica_id: str | None = None
     """The decode replica the router's policy chose (None: Ray Serve places by load)."""
+    expected_cached_tokens: int = 0
+    """Local prefill: prompt tokens the router expects this engine's prefix cache to hold."""
     batch_interval_s: float = 0.0
     """Send tokens at most once per this many seconds (first token and finish at once);
     0 = every engine step, inf = first token and the rest at the end (non-streaming)."""

@@ -119,10 +119,12 @@ class AdmissionConfig(StrictModel):
         default=30.0,
         gt=0,
         description=(
-            "Estimated prefill seconds (cost model) this router may have queued on one prefill "
-            "replica; a request that would push its chosen replica past this is refused (a "
-            "replica with nothing queued always takes one). Short prompts still get in when "
-            "only the long-prompt lane is full: they go to other replicas or prefill on decode."
+            "Predicted prefill wait (cost model seconds) where a request would prefill: the "
+            "engine's own reported queue from every router, or this router's in-flight work "
+            "there when larger; a request that would push the replica that prefills it (prefill "
+            "replica, or decode for a local prefill) past this is refused (a replica with "
+            "nothing queued always takes one). Short prompts still get in when only the "
+            "long-prompt lane is full: they go to other replicas or prefill on decode."
         ),
     )
     max_decode_streams: int | None = Field(

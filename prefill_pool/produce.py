@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.server import EngineRequestError, engine_times
 from pdserve.kv_transfer.params import PREFILL_REQUEST_PARAMS, KVHandoff
 from pdserve.messages import PrefillRequest, PrefillResult
@@ -30,20 +31,28 @@ def _prefill_params() -> Any:
     )
 
 
-async def produce_kv(engine: Any, request: PrefillRequest, replica_id: str) -> PrefillResult:
-    """Prefill `request` on `engine` (a vLLM AsyncLLM) and return where its KV waits.
-    Cancelling the call aborts the engine request; raises EngineRequestError when the engine
-    ends it abnormally, HandoffError when vLLM returns no transfer parameters."""
+async def produce_kv(
+    engine: Any, request: PrefillRequest, replica_id: str, pending: PendingPrefills
+) -> PrefillResult:
+    """Prefill `request` on `engine` (a vLLM AsyncLLM) and return where its KV waits; the
+    prompt counts in `pending` until it is done. Cancelling the call aborts the engine
+    request; raises EngineRequestError when the engine ends it abnormally, HandoffError when
+    vLLM returns no transfer parameters."""
     from vllm.inputs import TokensPrompt
 
     final = None
-    async for output in engine.generate(
-        TokensPrompt(prompt_token_ids=request.prompt_token_ids),
-        _prefill_params(),
-        request.request_id,
-        priority=request.priority,
-    ):
-        final = output
+    num_prompt = len(request.prompt_token_ids)
+    pending.add(request.request_id, num_prompt - request.expected_cached_tokens)
+    try:
+        async for output in engine.generate(
+            TokensPrompt(prompt_token_ids=request.prompt_token_ids),
+            _prefill_params(),
+            request.request_id,
+            priority=request.priority,
+        ):
+            final = output
+    finally:
+        pending.done(request.request_id)
     if final is None:
         raise EngineRequestError(f"prefill of {request.request_id} produced no output")
     completion = final.outputs[0]

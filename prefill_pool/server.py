@@ -21,4 +21,5 @@ class PrefillServer(PoolReplica):
     role: ClassVar[PoolName] = "prefill"
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
-        return await produce_kv(self._server.engine, request, self._server.replica_id)
+        server = self._server
+        return await produce_kv(server.engine, request, server.replica_id, server.pending)

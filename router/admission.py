@@ -121,7 +121,7 @@ def check_prefill_backlog(
         return
     raise AdmissionRejected(
         "prefill_backlog",
-        f"prefill replica {replica_id} has {backlog_s:.1f} s of prefill queued "
+        f"replica {replica_id} has {backlog_s:.1f} s of prefill queued "
         f"(router.admission.max_prefill_backlog_seconds: {limit_s:g})",
         backlog_s + est_prefill_s - limit_s,
     )

@@ -376,6 +376,7 @@ def _headers(obs: RequestObservation) -> dict[str, str]:
                 "decode": d.decode_replica_id,
                 "priority": d.engine_priority,
                 "est_prefill_s": round(d.est_prefill_s, 4),
+                "predicted_ttft_s": {k: round(v, 4) for k, v in d.predicted_ttft_s.items()},
                 "cached_tokens": d.num_cached_tokens,
                 "reason": d.reason,
                 **({"fallbacks": obs.fallbacks} if obs.fallbacks else {}),

@@ -93,6 +93,7 @@ def prefill_request(prepared: PreparedRequest, decision: Decision | None) -> Pre
         prompt_token_ids=prepared.prompt_token_ids,
         priority=decision.engine_priority if decision is not None else prepared.priority,
         target_replica_id=decision.prefill_replica_id if decision is not None else None,
+        expected_cached_tokens=decision.num_cached_tokens if decision is not None else 0,
     )
 
 
@@ -110,6 +111,7 @@ def decode_request(
         handoff=handoff,
         priority=decision.engine_priority if decision is not None else prepared.priority,
         target_replica_id=decision.decode_replica_id if decision is not None else None,
+        expected_cached_tokens=decision.num_cached_tokens_decode if decision is not None else 0,
         # Streaming: tokens every interval. Otherwise only the first token (for TTFT) and
         # the rest at the end.
         batch_interval_s=stream_batch_interval_s if prepared.stream else math.inf,

@@ -122,12 +122,16 @@ class Placer:
         limits = self._admission
         d = decision.decode_replica_id
         check_decode_streams(d, self._streams.get(d, 0), limits.max_decode_streams)
-        p = decision.prefill_replica_id
-        if p is not None:
-            backlog = self._work.outstanding_s(p)
-            check_prefill_backlog(
-                p, backlog, decision.est_prefill_s, limits.max_prefill_backlog_seconds
-            )
+        # The predicted wait where the prompt prefills (the prefill replica, or decode for a
+        # local prefill): the engine's own queue from every router, or this router's own
+        # in-flight work when that is fresher.
+        prefilling = decision.prefill_replica_id or d
+        check_prefill_backlog(
+            prefilling,
+            decision.predicted_wait_s,
+            decision.est_prefill_s,
+            limits.max_prefill_backlog_seconds,
+        )
 
     def decode_done(self, request_id: str) -> None:
         """Call when the request's decode stream ended (or it never got to decode). Idempotent."""

@@ -22,6 +22,7 @@ import psutil
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
 from pdserve.engine.liveness import EngineLiveness
+from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
 from pdserve.kv_transfer.connector_config import engine_environment, side_channel_host
 from pdserve.kv_transfer.ports import pick_free_port
@@ -119,6 +120,8 @@ class EngineServer:
         self.replica_id = replica_id
         self._model_path = model_path
         self._counters = EngineCounters()
+        self.pending = PendingPrefills()
+        """Prompts accepted and not yet prefilled (reported as the replica's prefill queue)."""
         self._engine: Any = None
         pool = config.prefill if role == "prefill" else config.decode
         self._liveness = EngineLiveness(pool.unresponsive_after_seconds, time.monotonic)
@@ -209,9 +212,14 @@ class EngineServer:
             return {"healthy": False}
         s = self._counters.snapshot()
         cache = self._engine.vllm_config.cache_config if self._engine is not None else None
+        queued = self.pending.snapshot()
         return {
             "num_running_requests": s.num_running_requests,
             "num_waiting_requests": s.num_waiting_requests,
+            # The prefill work this engine has accepted and not finished (uncached prompt
+            # tokens), read by every router's placement: queued seconds = the cost model's.
+            "queued_prefill_tokens": queued.num_tokens,
+            "num_queued_prefills": queued.num_requests,
             "kv_cache_usage": s.kv_cache_usage,
             "block_size_tokens": cache.block_size if cache is not None else 0,
             "num_kv_blocks": (cache.num_gpu_blocks or 0) if cache is not None else 0,

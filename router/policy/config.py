@@ -17,20 +17,31 @@ from pdserve.router.policy.strict import StrictModel
 
 class ScorerWeights(StrictModel):
     """Weight of each scorer in the picker's sum (0 turns a scorer off). One field per scorer,
-    named as the scorer's `name`."""
+    named as the scorer's `name`. The defaults are the prefill pool's: the smallest predicted
+    time to first token, with the prefix cache counted through the uncached-token term (no
+    separate cache vote), and free KV cache as a tie-breaker."""
 
+    predicted_ttft: float = Field(
+        default=1.0,
+        ge=0,
+        description=(
+            "Weight of 'smallest predicted time to first token' (queued prefill work there, "
+            "from the engine's own report, + this prompt's uncached prefill there + the KV "
+            "transfer)."
+        ),
+    )
     prefix_overlap: float = Field(
-        default=2.0, ge=0, description="Weight of the fraction of the prompt cached there."
+        default=0.0, ge=0, description="Weight of the fraction of the prompt cached there."
     )
     outstanding_prefill: float = Field(
-        default=1.0,
+        default=0.0,
         ge=0,
         description="Weight of 'finishes this prefill first' (queued + own estimated seconds).",
     )
     running_requests: float = Field(
-        default=0.5, ge=0, description="Weight of few running + waiting requests."
+        default=0.0, ge=0, description="Weight of few running + waiting requests."
     )
-    kv_usage: float = Field(default=0.5, ge=0, description="Weight of free KV cache.")
+    kv_usage: float = Field(default=0.1, ge=0, description="Weight of free KV cache.")
 
     @model_validator(mode="after")
     def _some_weight(self) -> Self:
@@ -41,7 +52,11 @@ class ScorerWeights(StrictModel):
 
 def _default_decode_weights() -> ScorerWeights:
     return ScorerWeights(
-        prefix_overlap=1.0, outstanding_prefill=0.0, running_requests=1.0, kv_usage=0.5
+        predicted_ttft=0.0,
+        prefix_overlap=1.0,
+        outstanding_prefill=0.0,
+        running_requests=1.0,
+        kv_usage=0.5,
     )
 
 
@@ -80,6 +95,27 @@ class PolicyConfig(StrictModel):
             "Prefill on the decode replica any prompt with fewer than this many uncached "
             "tokens, even one it holds nothing of: too small to be worth a remote prefill "
             "and a KV transfer. 0 = only extend cached prefixes locally."
+        ),
+    )
+    spill_min_gain_s: float = Field(
+        default=0.25,
+        ge=0,
+        description=(
+            "Spill-over: a prompt the local-prefill rules send to the prefill pool prefills on "
+            "the chosen decode replica instead when that is predicted to reach its first token "
+            "at least this many seconds sooner (the prefill pool is backed up). The margin "
+            "keeps disaggregation the rule while the prefill pool keeps up: a local prefill "
+            "always skips the KV transfer, but costs running streams decode steps."
+        ),
+    )
+    spill_max_decode_prefill_s: float = Field(
+        default=0.5,
+        ge=0,
+        description=(
+            "Spill-over bound: only while the decode replica's queued prefill work plus this "
+            "prompt stays under this many seconds (chunked prefill spreads it over decode "
+            "steps, so running streams' inter-token latency grows by at most about this much "
+            "in total). 0 = no spill-over."
         ),
     )
     lanes: bool = Field(

@@ -70,6 +70,16 @@ class CostModel(StrictModel):
         ge=0,
         description="Attention term: seconds per (uncached token x context token it attends to).",
     )
+    kv_transfer_per_token_s: float = Field(
+        default=2e-5,
+        ge=0,
+        description=(
+            "KV transfer seconds per prompt token moved from prefill to decode (the remote "
+            "option's extra term in the predicted time to first token). Not fitted by "
+            "`pdserve profile` yet: set it from `pdserve kv-check` (bytes per token / "
+            "bandwidth) or the pdserve_kv_transfer_seconds histogram."
+        ),
+    )
     decode_base_s: float = Field(default=0.01, ge=0, description="Decode step fixed cost.")
     decode_per_seq_s: float = Field(
         default=5e-4, ge=0, description="Decode step seconds per sequence in the batch."
@@ -87,10 +97,14 @@ class CostModel(StrictModel):
             + self.per_token_sq_s * u * (u / 2 + num_cached_tokens)
         )
 
-    def est_backlog_s(self, num_queued_tokens: int) -> float:
-        """Lower-bound seconds for an engine's reported queue of prompt tokens (linear term only:
-        the snapshot does not say how they split into requests or what they attend to)."""
-        return self.per_token_s * num_queued_tokens
+    def est_backlog_s(self, num_queued_tokens: int, num_queued_requests: int = 0) -> float:
+        """Lower-bound seconds for an engine's reported queue: its prompts' fixed costs and
+        tokens' linear term (the snapshot does not say what each token attends to)."""
+        return self.fixed_overhead_s * num_queued_requests + self.per_token_s * num_queued_tokens
+
+    def est_transfer_s(self, num_tokens: int) -> float:
+        """Estimated seconds to move `num_tokens` tokens' KV from prefill to decode."""
+        return self.kv_transfer_per_token_s * num_tokens
 
     def est_decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """Estimated seconds of one decode step: `batch_size` sequences, `context_tokens` total."""

@@ -29,6 +29,7 @@ from pdserve.router.policy.plugins import (
     LocalPrefillDecider,
     MaxScorePicker,
     OutstandingPrefillScorer,
+    PredictedTTFTScorer,
     PrefixOverlapScorer,
     PriorityAssigner,
     RunningRequestsScorer,
@@ -54,6 +55,7 @@ def build_scorers(weights: ScorerWeights) -> tuple[WeightedScorer, ...]:
     """The scorers with a weight > 0, in a fixed order. Add a new scorer here and as a field
     of ScorerWeights named like its `name`."""
     scorers: tuple[Scorer, ...] = (
+        PredictedTTFTScorer(),
         PrefixOverlapScorer(),
         OutstandingPrefillScorer(),
         RunningRequestsScorer(),
@@ -164,22 +166,30 @@ class RoutingPolicy:
         )
         d = d_pick.candidate
         scores = d_pick.scores
+        local = f"local:{d.replica_id}"
+        predicted = {local: d.predicted_ttft_s}
         reason = self._decider.reason(request, d)
         if reason is not None:
-            return self._decision(request, None, d, d, work, now_s, reason, scores)
-        p_pick = self._picker.pick(
-            request,
-            self._filtered("prefill", request, prefill, index, work),
-            self._prefill_scorers,
-        )
+            return self._decision(request, None, d, d, work, now_s, reason, scores, predicted)
+        prefill_candidates = self._filtered("prefill", request, prefill, index, work)
+        p_pick = self._picker.pick(request, prefill_candidates, self._prefill_scorers)
         p = p_pick.candidate
         scores.update(p_pick.scores)
+        predicted.update((c.replica_id, c.predicted_ttft_s) for c in prefill_candidates)
+        cfg = self.config
+        gain_s = p.predicted_ttft_s - d.predicted_ttft_s
+        if gain_s >= cfg.spill_min_gain_s and d.predicted_ttft_s <= cfg.spill_max_decode_prefill_s:
+            reason = (
+                f"spill: local on decode {d.replica_id} predicted {d.predicted_ttft_s:.3f} s, "
+                f"remote on {p.replica_id} {p.predicted_ttft_s:.3f} s"
+            )
+            return self._decision(request, None, d, d, work, now_s, reason, scores, predicted)
         reason = (
             f"remote: prefill {p.replica_id} has {p.num_cached_tokens // self._block_size}/"
-            f"{len(request.block_hashes)} blocks, est {p.est_prefill_s:.3f} s; "
+            f"{len(request.block_hashes)} blocks, predicted TTFT {p.predicted_ttft_s:.3f} s; "
             f"decode {d.replica_id}"
         )
-        return self._decision(request, p.replica_id, p, d, work, now_s, reason, scores)
+        return self._decision(request, p.replica_id, p, d, work, now_s, reason, scores, predicted)
 
     def _decision(
         self,
@@ -191,6 +201,7 @@ class RoutingPolicy:
         now_s: float,
         reason: str,
         scores: dict[str, dict[str, float]],
+        predicted: dict[str, float],
     ) -> Decision:
         """The pdserve decision; `prefilling` is the candidate that computes the prompt (the
         prefill replica, or the decode replica itself for a local prefill)."""
@@ -205,6 +216,8 @@ class RoutingPolicy:
             reason=reason,
             scores=scores,
             policy="pdserve",
+            predicted_ttft_s=predicted,
+            predicted_wait_s=prefilling.outstanding_prefill_s,
         )
 
     def _filtered(
@@ -233,8 +246,8 @@ class RoutingPolicy:
         work: OutstandingWork,
     ) -> Candidate:
         """Evaluate one replica: cached prefix, own prefill estimate, queued prefill seconds.
-        Queued = max(this router's in-flight estimates, the snapshot's queued tokens costed
-        linearly): the first is fresher, the second also sees other routers' work."""
+        Queued = max(this router's in-flight estimates, the engine's reported queue costed by
+        the cost model): the first is fresher, the second also sees other routers' work."""
         if snap.pool != pool:
             raise ValueError(
                 f"replica {snap.replica_id} is a {snap.pool} replica, passed as {pool}"
@@ -248,11 +261,12 @@ class RoutingPolicy:
             est_prefill_s=cost.est_prefill_s(request.num_prompt_tokens - cached, cached),
             outstanding_prefill_s=max(
                 work.outstanding_s(snap.replica_id),
-                cost.est_backlog_s(snap.queued_prefill_tokens),
+                cost.est_backlog_s(snap.queued_prefill_tokens, snap.num_queued_prefills),
             ),
             num_long_in_flight=work.num_long_in_flight(
                 snap.replica_id, self.config.lane_long_prefill_s
             ),
+            transfer_s=cost.est_transfer_s(request.num_prompt_tokens) if pool == "prefill" else 0,
         )
 
     # ---- baselines: always remote prefill, priority = client priority ----
@@ -293,6 +307,8 @@ class RoutingPolicy:
                 d.replica_id: {"load": float(_load(d_snap))},
             },
             policy=name,
+            predicted_ttft_s={p.replica_id: p.predicted_ttft_s},
+            predicted_wait_s=p.outstanding_prefill_s,
         )
 
 

@@ -139,6 +139,24 @@ class OutstandingPrefillScorer:
         return _clamp01(best / x)
 
 
+class PredictedTTFTScorer:
+    """Smallest predicted time to first token (`Candidate.predicted_ttft_s`: queued prefill
+    work there + this prompt's uncached prefill there + the KV transfer). Score = min over
+    candidates / this one: 1 for the fastest, 0.5 for one predicted twice as slow; x == 0
+    scores 1. A replica holding the prompt's prefix wins through its smaller uncached term,
+    unless its queue makes it slower than computing the prompt elsewhere."""
+
+    name = "predicted_ttft"
+
+    def score(
+        self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
+    ) -> float:
+        x = candidate.predicted_ttft_s
+        if x <= 0.0:
+            return 1.0
+        return _clamp01(min(c.predicted_ttft_s for c in all_candidates) / x)
+
+
 class RunningRequestsScorer:
     """Fewer requests on the replica is better. n = running + waiting; score =
     (1 + min n over candidates) / (1 + n): 1 for the least busy, 0.5 for one with twice the

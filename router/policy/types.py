@@ -59,8 +59,9 @@ class RequestSummary:
 class ReplicaSnapshot:
     """One replica's load as last reported (the router refreshes it; it may be slightly stale).
 
-    `queued_prefill_tokens` are prompt tokens waiting or being prefilled on the engine (all
-    senders, not only this router). `kv_cache_usage` is the fraction of KV blocks in use.
+    `queued_prefill_tokens` / `num_queued_prefills`: uncached prompt tokens (and prompts)
+    the engine has accepted and not finished prefilling, from every router (the engine's own
+    count, pdserve.engine.pending). `kv_cache_usage` is the fraction of KV blocks in use.
     `healthy=False` (its engine is dead or unresponsive, or it never reported) takes the
     replica out of routing; the router's view also forgets its cached blocks.
     """
@@ -72,6 +73,7 @@ class ReplicaSnapshot:
     kv_cache_usage: float
     queued_prefill_tokens: int
     healthy: bool = True
+    num_queued_prefills: int = 0
     kv_transfer_failures_total: int = 0
     """KV transfers the engine reported failed since it started (cumulative)."""
     kv_expired_total: int = 0
@@ -101,7 +103,8 @@ class Candidate:
     `num_cached_tokens`: prompt tokens whose KV this replica already holds (longest cached
     prefix). `est_prefill_s`: estimated seconds to prefill this request there, given that
     cache. `outstanding_prefill_s`: estimated seconds of prefill work already queued there
-    (not counting this request).
+    (not counting this request). `transfer_s`: estimated seconds to move this request's KV
+    from there to decode (0 for a decode replica prefilling locally).
     """
 
     replica: ReplicaSnapshot
@@ -110,10 +113,17 @@ class Candidate:
     outstanding_prefill_s: float
     num_long_in_flight: int = 0
     """Long prefills (estimated >= the lane threshold) this router has in flight there."""
+    transfer_s: float = 0.0
 
     @property
     def replica_id(self) -> str:
         return self.replica.replica_id
+
+    @property
+    def predicted_ttft_s(self) -> float:
+        """Predicted time to first token if this replica prefills: wait for its queued prefill
+        work + this prompt's uncached prefill there (its cache enters here) + the KV transfer."""
+        return self.outstanding_prefill_s + self.est_prefill_s + self.transfer_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +149,12 @@ class Decision:
     reason: str
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     policy: PolicyName = "pdserve"
+    predicted_ttft_s: dict[str, float] = field(default_factory=dict)
+    """Predicted seconds to first token per option considered: prefill replica id, or
+    `local:<decode replica id>` for prefilling on decode (pdserve policy only)."""
+    predicted_wait_s: float = 0.0
+    """Predicted seconds this request waits for queued prefill work where it prefills (what
+    admission control's prefill-backlog bound checks)."""
 
     @property
     def prefill_is_local(self) -> bool:

@@ -33,8 +33,11 @@ def snap(
     kv: float = 0.0,
     queued: int = 0,
     healthy: bool = True,
+    queued_prefills: int = 0,
 ) -> ReplicaSnapshot:
-    return ReplicaSnapshot(replica_id, pool, running, waiting, kv, queued, healthy)
+    return ReplicaSnapshot(
+        replica_id, pool, running, waiting, kv, queued, healthy, num_queued_prefills=queued_prefills
+    )
 
 
 def cand(

@@ -13,8 +13,14 @@ from pdserve.router.policy import PolicyConfig, ReplicaSnapshot, RequestSummary,
 def test_defaults_match_the_design() -> None:
     cfg = PolicyConfig()
     assert cfg.prefill_weights == ScorerWeights(
-        prefix_overlap=2.0, outstanding_prefill=1.0, running_requests=0.5, kv_usage=0.5
+        predicted_ttft=1.0,
+        prefix_overlap=0.0,
+        outstanding_prefill=0.0,
+        running_requests=0.0,
+        kv_usage=0.1,
     )
+    assert cfg.decode_weights.predicted_ttft == 0.0
+    assert (cfg.spill_min_gain_s, cfg.spill_max_decode_prefill_s) == (0.25, 0.5)
     assert cfg.local_prefill_max_uncached_tokens == 256
     assert all(f.description for f in PolicyConfig.model_fields.values())
     assert all(f.description for f in ScorerWeights.model_fields.values())
@@ -30,6 +36,7 @@ def test_defaults_match_the_design() -> None:
         (
             {
                 "decode_weights": {
+                    "predicted_ttft": 0,
                     "prefix_overlap": 0,
                     "outstanding_prefill": 0,
                     "running_requests": 0,

@@ -68,12 +68,13 @@ def test_short_request_avoids_prefill_replica_with_long_backlog() -> None:
     d = RoutingPolicy().decide(req(1024), PREFILL, DECODE, PrefixIndex(), work, now_s=0.0)
     assert d.prefill_replica_id == "p1"
     assert "p0" not in d.scores, "the lane filter keeps short work off the long lane"
-    # Without lanes, the outstanding-work scorer alone makes the same choice.
+    # Without lanes, the predicted time to first token alone makes the same choice.
     no_lanes = RoutingPolicy(PolicyConfig(lanes=False))
     d = no_lanes.decide(req(1024), PREFILL, DECODE, PrefixIndex(), work, now_s=0.0)
     assert d.prefill_replica_id == "p1"
-    assert d.scores["p1"]["outstanding_prefill"] == 1.0
-    assert d.scores["p0"]["outstanding_prefill"] < 0.1
+    assert d.scores["p1"]["predicted_ttft"] == 1.0
+    assert d.scores["p0"]["predicted_ttft"] < 0.1
+    assert d.predicted_ttft_s["p0"] > 5.0 > d.predicted_ttft_s["p1"]
 
 
 def test_long_requests_pack_onto_the_long_lane_until_its_backlog_bound() -> None:
@@ -104,7 +105,10 @@ def test_short_request_gets_served_before_long_one() -> None:
 
 
 def test_aging_stops_new_requests_overtaking_a_starving_one() -> None:
-    policy, index, work = RoutingPolicy(), PrefixIndex(), OutstandingWork()
+    # Spill-over off: a backed-up prefill replica would otherwise send the later request to
+    # the idle decode replica, where nothing starves.
+    no_spill = PolicyConfig(spill_max_decode_prefill_s=0)
+    policy, index, work = RoutingPolicy(no_spill), PrefixIndex(), OutstandingWork()
     prefill = [snap("p0")]
     long = policy.decide(req(4096, request_id="long"), prefill, DECODE, index, work, 0.0)
     work.start("p0", "long", long.est_prefill_s, long.engine_priority, now_s=0.0)
@@ -126,7 +130,10 @@ def test_local_prefill_when_decode_holds_almost_all(
     index = PrefixIndex()
     index.add_blocks("d1", conv)
     r = req(32 * BLOCK + uncached_on_decode, conv)
-    policy = RoutingPolicy(PolicyConfig(local_prefill_max_uncached_tokens=n))
+    # The threshold rule alone (spill-over off: with it, extending decode's cached prefix
+    # is predicted faster than recomputing it all on an idle prefill replica).
+    cfg = PolicyConfig(local_prefill_max_uncached_tokens=n, spill_max_decode_prefill_s=0)
+    policy = RoutingPolicy(cfg)
     d = policy.decide(r, PREFILL, DECODE, index, OutstandingWork(), 0.0)
     assert d.decode_replica_id == "d1"  # prefix overlap on decode
     assert d.num_cached_tokens_decode == 32 * BLOCK
@@ -162,14 +169,9 @@ def test_full_decode_replica_is_skipped_despite_its_cache() -> None:
 def test_scores_record_every_candidate() -> None:
     d = RoutingPolicy().decide(req(1024), PREFILL, DECODE, PrefixIndex(), OutstandingWork(), 0.0)
     assert set(d.scores) == {"p0", "p1", "d0", "d1"}
-    assert set(d.scores["p0"]) == {
-        "prefix_overlap",
-        "outstanding_prefill",
-        "running_requests",
-        "kv_usage",
-        "total",
-    }
-    assert "outstanding_prefill" not in d.scores["d0"]  # weight 0 for decode by default
+    assert set(d.scores["p0"]) == {"predicted_ttft", "kv_usage", "total"}
+    assert set(d.scores["d0"]) == {"prefix_overlap", "running_requests", "kv_usage", "total"}
+    assert set(d.predicted_ttft_s) == {"p0", "p1", f"local:{d.decode_replica_id}"}
 
 
 ALL: list[PolicyName] = ["pdserve", "round_robin", "least_loaded"]

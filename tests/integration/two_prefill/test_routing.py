@@ -45,6 +45,10 @@ def test_agent_loop_sticks_to_its_prefix_and_placement_is_enforced(two_prefill: 
             if decision["prefill"] is not None:
                 assert served["prefill"] == decision["prefill"], "placement not enforced"
                 prefill_replicas.append(decision["prefill"])
+                # The predicted time to first token of every option the policy weighed.
+                predicted = decision["predicted_ttft_s"]
+                assert predicted[decision["prefill"]] > 0, decision
+                assert f"local:{decision['decode']}" in predicted, decision
             assert served["decode"] == decision["decode"]
             cached.append(resp.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
             messages.append(

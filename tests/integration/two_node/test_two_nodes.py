@@ -15,7 +15,8 @@ import time
 
 import openai
 
-from pdserve.bench.fault_inject import engine_cores
+from pdserve.bench.fault_inject import FaultError, engine_cores
+from pdserve.router.policy.types import PoolName
 from tests.integration.texts import text_of_words
 from tests.integration.two_node.conftest import PDSERVE, RAY_PORT, TwoNodes
 from tests.integration.two_node.netns import LINK
@@ -32,13 +33,29 @@ def _process_netns_inode(pid: int) -> int:
     return os.stat(f"/proc/{pid}/ns/net").st_ino
 
 
+def _engine_namespaces(
+    expected: dict[PoolName, int], timeout_s: float = 60.0
+) -> dict[str, list[int]]:
+    """The network namespace of each engine-core process, by pool, once as many are listed as
+    `expected` (a just-started engine can take a moment to show under its process name)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        where: dict[str, list[int]] = {}
+        for role in expected:
+            try:
+                where[role] = [_process_netns_inode(p.pid) for p in engine_cores(RAY_PORT, role)]
+            except FaultError:
+                where[role] = []
+        counts = {role: len(found) for role, found in where.items()}
+        if counts == expected or time.monotonic() > deadline:
+            return where
+        time.sleep(1)
+
+
 def test_each_pool_runs_on_the_node_that_carries_it(two_nodes: TwoNodes) -> None:
     # The GPU example's layout: 2 prefill replicas on the head (the only node advertising
     # pdserve_prefill), 1 decode replica on the joined node (pdserve_decode).
-    where = {
-        role: [_process_netns_inode(p.pid) for p in engine_cores(RAY_PORT, role)]
-        for role in ("prefill", "decode")
-    }
+    where = _engine_namespaces({"prefill": 2, "decode": 1})
     head, worker = _netns_inode(two_nodes.head.netns), _netns_inode(two_nodes.worker.netns)
     assert where["prefill"] == [head, head], where
     assert where["decode"] == [worker], where

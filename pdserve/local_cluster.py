@@ -264,7 +264,9 @@ def down(log: Callable[[str], None]) -> None:
             import ray
             from ray import serve
 
-            ray.init(address=gcs, logging_level="ERROR", log_to_driver=False)
+            ray.init(
+                address=gcs, logging_level="ERROR", log_to_driver=False, ignore_reinit_error=True
+            )
             log("stopping Serve application and engines")
             serve.shutdown()
             ray.shutdown()

@@ -167,9 +167,10 @@ class PoolConfig(StrictModel):
         gt=0,
         description=(
             "A replica pings its engine process every second; an engine that has not answered "
-            "for this long (frozen, or stuck in one step) is unhealthy: the router stops "
-            "routing to it and Ray Serve's health check kills its engine and replaces the "
-            "replica (losing its streams). Keep it well above the longest engine step (a "
+            "for this long (frozen, or stuck in one step) is unhealthy: the routers stop "
+            "routing to it and move the prefills waiting on it, and ~3 s later Ray Serve's "
+            "health check kills its engine and replaces the replica (losing its streams). "
+            "Keep it well above the longest engine step (a "
             "max_num_batched_tokens prefill chunk) and any pause you would rather wait out."
         ),
     )

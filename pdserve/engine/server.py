@@ -191,9 +191,10 @@ class EngineServer:
     async def check_health(self) -> None:
         """Raise if the engine cannot serve: vLLM's own health check (EngineDeadError once its
         engine-core process is gone), or EngineUnresponsiveError once it stopped answering
-        pings; an unresponsive engine's processes are killed first (a frozen process would
-        otherwise outlive its replica: it cannot act on a shutdown request)."""
-        if self.unresponsive:
+        pings and the routers were told (see `EngineLiveness.replace`); an unresponsive
+        engine's processes are killed first (a frozen process would otherwise outlive its
+        replica: it cannot act on a shutdown request)."""
+        if self.unresponsive and self._liveness.replace:
             reason = self._liveness.describe()
             log.error("%s engine unresponsive: %s; killing it", self.role, reason)
             self._kill_engine_processes()
@@ -208,7 +209,10 @@ class EngineServer:
         `healthy: false` once the engine is dead or unresponsive: the router's view marks the
         replica unhealthy and stops routing to it while Ray Serve replaces it.
         """
-        if self.dead or self.unresponsive:
+        if self.dead:
+            return {"healthy": False}
+        if self.unresponsive:
+            self._liveness.announced()  # the health check replaces it a little later
             return {"healthy": False}
         s = self._counters.snapshot()
         cache = self._engine.vllm_config.cache_config if self._engine is not None else None

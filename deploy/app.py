@@ -13,7 +13,7 @@ from ray import serve
 from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
 
-from pdserve.config import PdserveConfig, PoolConfig, parse_config
+from pdserve.config import AutoscalingConfig, PdserveConfig, PoolConfig, parse_config
 from pdserve.decode_pool.server import DecodeServer
 from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
@@ -48,20 +48,38 @@ def _pool_options(
         "health_check_timeout_s": 120,
         # check_health asks the engine; a dead one is replaced within a period of dying.
         "health_check_period_s": 5,
-        "graceful_shutdown_timeout_s": 20,
+        # Scale-down drains: Serve stops routing to the replica at once, waits (checking
+        # every 2 s) until its requests are done, and kills it after this bound.
+        "graceful_shutdown_timeout_s": pool.graceful_shutdown_seconds,
     }
     if pool.autoscaling is None:
         opts["num_replicas"] = pool.num_replicas
     else:
-        a = pool.autoscaling
-        opts["autoscaling_config"] = {
-            "min_replicas": a.min_replicas,
-            "initial_replicas": max(a.min_replicas, min(pool.num_replicas, a.max_replicas)),
-            "max_replicas": a.max_replicas,
-            "target_ongoing_requests": a.target_ongoing_requests,
-            "upscale_delay_s": a.upscale_delay_seconds,
-            "downscale_delay_s": a.downscale_delay_seconds,
-        }
+        opts["autoscaling_config"] = autoscaling_options(pool.autoscaling, pool, role)
+    return opts
+
+
+def autoscaling_options(a: AutoscalingConfig, pool: PoolConfig, role: str) -> dict[str, Any]:
+    """Ray Serve's autoscaling_config for one pool: bounds and delays, and under policy 'slo'
+    pdserve's own policy (`PoolPolicy`) on the signals each replica reports."""
+    opts: dict[str, Any] = {
+        "min_replicas": a.min_replicas,
+        "initial_replicas": max(a.min_replicas, min(pool.num_replicas, a.max_replicas)),
+        "max_replicas": a.max_replicas,
+        "upscale_delay_s": a.upscale_delay_seconds,
+        "downscale_delay_s": a.downscale_delay_seconds,
+        "metrics_interval_s": a.metrics_interval_seconds,
+        "look_back_period_s": a.look_back_period_seconds,
+    }
+    if a.policy == "ongoing_requests":
+        opts["target_ongoing_requests"] = a.target_ongoing_requests
+        return opts
+    kwargs: dict[str, Any] = {"pool": role, "down_fraction": a.down_fraction}
+    kwargs.update(a.slo_targets(role))
+    opts["policy"] = {
+        "policy_function": "pdserve.autoscaling.serve_policy:PoolPolicy",
+        "policy_kwargs": kwargs,
+    }
     return opts
 
 

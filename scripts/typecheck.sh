@@ -7,6 +7,7 @@ tree=.mypy_tree
 rm -rf "$tree" && mkdir -p "$tree/pdserve"
 for f in pdserve/*.py; do ln -s "../../$f" "$tree/pdserve/$(basename "$f")"; done
 ln -s ../../pdserve/engine "$tree/pdserve/engine"
+ln -s ../../pdserve/autoscaling "$tree/pdserve/autoscaling"
 for pkg in router prefill_pool decode_pool kv_transfer deploy bench; do
   ln -s "../../$pkg" "$tree/pdserve/$pkg"
 done
@@ -26,6 +27,7 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.serve_env \
   -m pdserve.local_cluster \
   -m pdserve.cluster_cli \
+  -p pdserve.autoscaling \
   -p pdserve.router \
   -p pdserve.engine \
   -p pdserve.prefill_pool \

@@ -201,6 +201,24 @@ class EngineServer:
             raise EngineUnresponsiveError(reason)
         await self.engine.check_health()
 
+    def autoscaling_stats(self) -> dict[str, float]:
+        """This replica's scaling signals for Ray Serve's controller (see
+        `pdserve.autoscaling.serve_policy`): prefill, its queued prefill work in cost-model
+        seconds; decode, its KV-cache usage and the mean ITL since the last call. A dead or
+        unresponsive engine reports nothing (Serve replaces it; its signals would mislead)."""
+        from pdserve.autoscaling.serve_policy import ITL_S, KV_USAGE, QUEUED_PREFILL_S
+
+        if self.dead or self.unresponsive:
+            return {}
+        if self.role == "prefill":
+            queued = self.pending.snapshot()
+            cost = self._config.router.routing.cost_model
+            return {QUEUED_PREFILL_S: cost.est_backlog_s(queued.num_tokens, queued.num_requests)}
+        return {
+            KV_USAGE: float(self._counters.snapshot().kv_cache_usage),
+            ITL_S: self._counters.take_itl_s(),
+        }
+
     def routing_stats(self) -> dict[str, Any]:
         """What the router's replica view needs (Ray Serve polls it; see record_routing_stats).
 

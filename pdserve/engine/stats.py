@@ -51,6 +51,8 @@ class EngineCounters:
         self._expired = 0
         self._xfer_bytes = 0
         self._xfer_seconds = 0.0
+        self._itl_sum_s = 0.0
+        self._itl_count = 0
 
     def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
         """Fold one engine step's stats in (called by `PdserveStatLogger`)."""
@@ -67,6 +69,10 @@ class EngineCounters:
             self._cache_hit += tokens.local_cache_hit
             self._transferred += tokens.external_kv_transfer
             self._generated += iteration_stats.num_generation_tokens
+            itl = iteration_stats.inter_token_latencies_iter
+            if itl:
+                self._itl_sum_s += float(sum(itl))
+                self._itl_count += len(itl)
 
     def _fold_connector(self, data: dict[str, Any]) -> None:
         durations = data.get("transfer_duration") or []
@@ -78,6 +84,13 @@ class EngineCounters:
             for key in ("num_failed_transfers", "num_failed_handshakes", "num_failed_notifications")
         )
         self._expired += len(data.get("num_kv_expired_reqs") or [])
+
+    def take_itl_s(self) -> float:
+        """Mean inter-token latency (vLLM's own, per token) of the tokens generated since the
+        last call, 0.0 when none; starts a new window."""
+        mean = self._itl_sum_s / self._itl_count if self._itl_count else 0.0
+        self._itl_sum_s, self._itl_count = 0.0, 0
+        return mean
 
     def snapshot(self) -> EngineStats:
         """The current counters."""

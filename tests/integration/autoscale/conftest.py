@@ -1,0 +1,36 @@
+"""A cluster whose prefill pool autoscales (deploy/local-autoscale.yaml: 1-2 prefill replicas on
+the pool's own SLO signal, 1 decode), for this package's tests. Started once for the package
+and stopped after it; `down` must then leave nothing behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pdserve import cluster_procs
+from tests.integration.conftest import Cluster, start_cluster, stop_cluster
+
+RAY_PORT_AUTOSCALE = 6398
+ROUTER_PORT_AUTOSCALE = 18400
+RAY_METRICS_PORT_AUTOSCALE = 8086
+
+
+@pytest.fixture(scope="package")
+def elastic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    shm_before = cluster_procs.shm_snapshot()
+    cluster, env = start_cluster(
+        "local-autoscale.yaml",
+        tmp_path_factory.mktemp("autoscale"),
+        ROUTER_PORT_AUTOSCALE,
+        RAY_PORT_AUTOSCALE,
+        RAY_METRICS_PORT_AUTOSCALE,
+    )
+    try:
+        yield cluster
+    finally:
+        stop_cluster(
+            env,
+            shm_before,
+            ports=(ROUTER_PORT_AUTOSCALE, RAY_PORT_AUTOSCALE, RAY_METRICS_PORT_AUTOSCALE),
+        )

@@ -7,7 +7,8 @@ an `AutoscalingContext`. It reads what each running replica reported from its
 Serve over `look_back_period_s`) and returns the replica count the pure policy wants; Serve
 then applies the delays, scaling factors and min/max bounds. A scale decision is logged (in
 the Serve controller's log) once per change of direction or count, with its reason, and
-exported as gauges through Ray's metrics export (`pdserve_pool_*`, one series per pool).
+exported as gauges through Ray's metrics export (`pdserve_pool_*`, which Ray exports as
+`ray_pdserve_pool_*`, one series per pool).
 
 Signals each pool's replicas report (names shared with `pdserve.engine.server`):
 prefill `QUEUED_PREFILL_S`; decode `KV_USAGE` and `ITL_S`.

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from pdserve.autoscaling.serve_policy import ITL_S, KV_USAGE, QUEUED_PREFILL_S
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
 from pdserve.engine.liveness import EngineLiveness
@@ -206,8 +207,6 @@ class EngineServer:
         `pdserve.autoscaling.serve_policy`): prefill, its queued prefill work in cost-model
         seconds; decode, its KV-cache usage and the mean ITL since the last call. A dead or
         unresponsive engine reports nothing (Serve replaces it; its signals would mislead)."""
-        from pdserve.autoscaling.serve_policy import ITL_S, KV_USAGE, QUEUED_PREFILL_S
-
         if self.dead or self.unresponsive:
             return {}
         if self.role == "prefill":

@@ -199,6 +199,26 @@ def start_cluster(
     return Cluster(url, cfg, resolve_model(cfg.model), api_key), env
 
 
+def package_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    config_file: str,
+    ports: tuple[int, int, int],
+    api_key: str | None = None,
+) -> Iterator[Cluster]:
+    """A package's own cluster from `deploy/<config_file>` on (router, Ray, Ray metrics)
+    `ports`: started, yielded, then stopped; `down` must leave nothing behind."""
+    shm_before = cluster_procs.shm_snapshot()
+    router_port, ray_port, metrics_port = ports
+    tmp = tmp_path_factory.mktemp(config_file.removesuffix(".yaml"))
+    cluster, env = start_cluster(
+        config_file, tmp, router_port, ray_port, metrics_port, api_key=api_key
+    )
+    try:
+        yield cluster
+    finally:
+        stop_cluster(env, shm_before, ports=ports)
+
+
 def stop_cluster(
     env: dict[str, str], shm_before: set[str] | None = None, ports: tuple[int, ...] = ()
 ) -> None:

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdserve import cluster_procs
-from tests.integration.conftest import Cluster, start_cluster, stop_cluster
+from tests.integration.conftest import Cluster, package_cluster
 
 RAY_PORT_AUTOSCALE = 6398
 ROUTER_PORT_AUTOSCALE = 18400
@@ -18,19 +17,5 @@ RAY_METRICS_PORT_AUTOSCALE = 8086
 
 @pytest.fixture(scope="package")
 def elastic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    shm_before = cluster_procs.shm_snapshot()
-    cluster, env = start_cluster(
-        "local-autoscale.yaml",
-        tmp_path_factory.mktemp("autoscale"),
-        ROUTER_PORT_AUTOSCALE,
-        RAY_PORT_AUTOSCALE,
-        RAY_METRICS_PORT_AUTOSCALE,
-    )
-    try:
-        yield cluster
-    finally:
-        stop_cluster(
-            env,
-            shm_before,
-            ports=(ROUTER_PORT_AUTOSCALE, RAY_PORT_AUTOSCALE, RAY_METRICS_PORT_AUTOSCALE),
-        )
+    ports = (ROUTER_PORT_AUTOSCALE, RAY_PORT_AUTOSCALE, RAY_METRICS_PORT_AUTOSCALE)
+    yield from package_cluster(tmp_path_factory, "local-autoscale.yaml", ports)

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdserve import cluster_procs
-from tests.integration.conftest import Cluster, start_cluster, stop_cluster
+from tests.integration.conftest import Cluster, package_cluster
 
 API_KEY = "sk-pdserve-test-4f1c"
 RAY_PORT_2P1D = 6396
@@ -20,19 +19,6 @@ RAY_METRICS_PORT_2P1D = 8084
 
 @pytest.fixture(scope="package")
 def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    shm_before = cluster_procs.shm_snapshot()
-    cluster, env = start_cluster(
-        "local-2p1d.yaml",
-        tmp_path_factory.mktemp("2p1d"),
-        ROUTER_PORT_2P1D,
-        RAY_PORT_2P1D,
-        RAY_METRICS_PORT_2P1D,
-        api_key=API_KEY,
-    )
-    try:
-        yield cluster
-    finally:
-        # After the engine kills of test_faults: `down` must still leave nothing behind.
-        stop_cluster(
-            env, shm_before, ports=(ROUTER_PORT_2P1D, RAY_PORT_2P1D, RAY_METRICS_PORT_2P1D)
-        )
+    # After the engine kills of test_faults: `down` must still leave nothing behind.
+    ports = (ROUTER_PORT_2P1D, RAY_PORT_2P1D, RAY_METRICS_PORT_2P1D)
+    yield from package_cluster(tmp_path_factory, "local-2p1d.yaml", ports, api_key=API_KEY)

@@ -5,18 +5,17 @@ from __future__ import annotations
 import pathlib
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pdserve.bench.distributions import Distribution, parse_distribution
+from pdserve.router.policy.strict import StrictModel
 
 Workload = Literal["mixed", "agent", "synthetic", "trace"]
 DEFAULT_POLICY = "default"
 
 
-class BenchConfig(BaseModel):
+class BenchConfig(StrictModel):
     """The whole run configuration; written as `config` into the JSON report."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(default="http://127.0.0.1:8000", description="Server base URL (no /v1).")
     workload: Workload = Field(default="mixed", description="Which workload to generate.")

@@ -23,6 +23,7 @@ import httpx
 from pdserve.bench.faults import Outcome
 from pdserve.bench.sse import DONE, aiter_events
 from pdserve.bench.words import WORDS
+from pdserve.router.headers import DECISION_HEADER
 
 Clock = Callable[[], float]
 
@@ -57,7 +58,7 @@ def _error_code(payload: str) -> str | None:
 
 def _fallbacks(headers: httpx.Headers) -> int:
     with contextlib.suppress(ValueError, AttributeError):
-        return len(json.loads(headers.get("x-pdserve-decision", "{}")).get("fallbacks", []))
+        return len(json.loads(headers.get(DECISION_HEADER, "{}")).get("fallbacks", []))
     return 0
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pathlib
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from pdserve.bench.faults import FAULTS, FaultName
+from pdserve.router.policy.strict import StrictModel
 
 
-class FaultsConfig(BaseModel):
+class FaultsConfig(StrictModel):
     """The run configuration; written as `config` into the JSON report."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(default="http://127.0.0.1:8000", description="Router base URL (no /v1).")
     model: str | None = Field(default=None, description="Model id; None: first of /v1/models.")

@@ -37,6 +37,7 @@ from pdserve.bench.fault_load import SteadyLoad, completion_body, prompt_of_word
 from pdserve.bench.faults import FaultName, FaultRow, Outcome, markdown_table, summarize
 from pdserve.bench.faults_config import FaultsConfig
 from pdserve.router.auth import client_headers
+from pdserve.router.headers import POLICY_HEADER
 from pdserve.router.policy.types import PoolName
 
 KV_IDLE_SLACK = 1e-4
@@ -63,7 +64,7 @@ class FaultRunner:
         self._http = http
         self._model = model
         self._salt = int(time.time() * 1000) % 1_000_000  # fresh prompts every run
-        self._headers = {"x-pdserve-policy": cfg.policy} if cfg.policy else {}
+        self._headers = {POLICY_HEADER: cfg.policy} if cfg.policy else {}
         ray_port = cfg.ray_port or int(os.environ.get("PDSERVE_RAY_PORT", "6390"))
         self._ray_port = ray_port
 

@@ -18,9 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
-
 from pdserve.bench.models import RequestResult
+from pdserve.bench.report import ReportModel
 from pdserve.bench.stats import rate, ratio, summarize
 
 SCHEMA_VERSION = 1
@@ -39,11 +38,7 @@ class LevelOutcome:
     num_unfinished: int = 0
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LevelReport(_Model):
+class LevelReport(ReportModel):
     """One load level. Latencies in seconds; None where there is no data."""
 
     concurrency: int
@@ -71,13 +66,13 @@ class LevelReport(_Model):
     errors: dict[str, int]
 
 
-class Check(_Model):
+class Check(ReportModel):
     name: str
     passed: bool
     detail: str
 
 
-class OverloadReport(_Model):
+class OverloadReport(ReportModel):
     schema_version: int = SCHEMA_VERSION
     url: str
     model: str

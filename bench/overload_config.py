@@ -5,15 +5,14 @@ from __future__ import annotations
 import pathlib
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from pdserve.bench.config import BenchConfig
+from pdserve.router.policy.strict import StrictModel
 
 
-class OverloadConfig(BaseModel):
+class OverloadConfig(StrictModel):
     """The run configuration; written as `config` into the JSON report."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(default="http://127.0.0.1:8000", description="Server base URL (no /v1).")
     model: str | None = Field(default=None, description="Model id; None: first of /v1/models.")

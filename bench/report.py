@@ -28,11 +28,13 @@ CLASS_RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "requests_per_s")
 NUM_ERROR_SAMPLES = 10
 
 
-class _Model(BaseModel):
+class ReportModel(BaseModel):
+    """Base of the bench's JSON reports: a misspelt field in a report read back is an error."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class Metrics(_Model):
+class Metrics(ReportModel):
     """Latency percentiles (seconds), throughput and goodput of a set of requests."""
 
     num_requests: int
@@ -57,7 +59,7 @@ class Metrics(_Model):
     prompt_tokens_mean: float | None
 
 
-class StepRow(_Model):
+class StepRow(ReportModel):
     """Agent workload: one step, averaged over agents (and rounds)."""
 
     step: int
@@ -68,7 +70,7 @@ class StepRow(_Model):
     decode_s_mean: float | None
 
 
-class ErrorSample(_Model):
+class ErrorSample(ReportModel):
     message: str
     status: int | None
     count: int
@@ -89,7 +91,7 @@ class PolicyReport(Metrics):
     errors: list[ErrorSample]
 
 
-class BenchReport(_Model):
+class BenchReport(ReportModel):
     schema_version: int = SCHEMA_VERSION
     workload: str
     url: str

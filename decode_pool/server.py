@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
+from pdserve.autoscaling.serve_policy import ITL_S, KV_USAGE
 from pdserve.decode_pool.stream import decode_stream
 from pdserve.engine.replica import PoolReplica
 from pdserve.messages import DecodeChunk, DecodeRequest, KVRelease
@@ -22,6 +23,14 @@ class DecodeServer(PoolReplica):
     """Decode replica."""
 
     role: ClassVar[PoolName] = "decode"
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Ray Serve calls this every few seconds when the pool autoscales: the signals the
+        decode pool's policy (`pdserve.autoscaling.serve_policy.PoolPolicy`) scales on."""
+        server = self._server
+        if not server.reports_signals:
+            return {}
+        return {KV_USAGE: server.stats().kv_cache_usage, ITL_S: server.take_itl_s()}
 
     async def generate(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
         server = self._server

@@ -17,6 +17,7 @@ from pdserve.config import AutoscalingConfig, PdserveConfig, PoolConfig, parse_c
 from pdserve.decode_pool.server import DecodeServer
 from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
+from pdserve.router.policy.types import PoolName
 
 # Ray gives the head node this resource (ray._common.constants.HEAD_NODE_RESOURCE_NAME).
 HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -28,7 +29,7 @@ def _logging(config: PdserveConfig) -> dict[str, Any]:
 
 
 def _pool_options(
-    pool: PoolConfig, role: str, stats_period_s: float, busy_wait_s: float
+    pool: PoolConfig, role: PoolName, stats_period_s: float, busy_wait_s: float
 ) -> dict[str, Any]:
     opts: dict[str, Any] = {
         # pdserve's request router places each request on the replica the policy chose.
@@ -59,7 +60,7 @@ def _pool_options(
     return opts
 
 
-def autoscaling_options(a: AutoscalingConfig, pool: PoolConfig, role: str) -> dict[str, Any]:
+def autoscaling_options(a: AutoscalingConfig, pool: PoolConfig, role: PoolName) -> dict[str, Any]:
     """Ray Serve's autoscaling_config for one pool: bounds and delays, and under policy 'slo'
     pdserve's own policy (`PoolPolicy`) on the signals each replica reports."""
     opts: dict[str, Any] = {

@@ -37,7 +37,7 @@ def engine_environment(
     advertised_address), used when side_channel_host is 'auto'.
     """
     kv = config.kv_transfer
-    pool = config.prefill if role == "prefill" else config.decode
+    pool = config.pool(role)
     env = {
         # Marks the engine's processes so `pdserve down` can find any that outlive their actor.
         "PDSERVE_ENGINE_ROLE": role,

@@ -19,9 +19,8 @@ from pydantic import Field, field_validator
 
 from pdserve.config import PdserveConfig, PoolConfig
 from pdserve.router.policy.strict import StrictModel
-from pdserve.router.policy.types import PoolName
+from pdserve.router.policy.types import POOLS, PoolName
 
-POOLS: tuple[PoolName, ...] = ("prefill", "decode")
 # How much of its pool marker a node advertises: replicas ask for 1 each (deploy/*.yaml), so
 # this caps nothing a node's CPUs or GPUs would not cap first. The Helm chart uses the same.
 MARKER_AMOUNT = 100.0
@@ -75,10 +74,6 @@ def pool_marker(pool: PoolName) -> str:
     return f"pdserve_{pool}"
 
 
-def _pool(config: PdserveConfig, name: PoolName) -> PoolConfig:
-    return config.prefill if name == "prefill" else config.decode
-
-
 def max_replicas(pool: PoolConfig) -> int:
     """The most replicas the pool may run (autoscaling's bound, else its fixed count)."""
     return pool.autoscaling.max_replicas if pool.autoscaling is not None else pool.num_replicas
@@ -90,7 +85,7 @@ def node_resources(config: PdserveConfig, pools: Iterable[PoolName]) -> dict[str
     pools asking for the same name add up)."""
     resources: dict[str, float] = {}
     for name in pools:
-        pool = _pool(config, name)
+        pool = config.pool(name)
         for key, per_replica in pool.ray_resources.items():
             resources[key] = resources.get(key, 0.0) + per_replica * max_replicas(pool)
         marker = pool_marker(name)
@@ -104,7 +99,7 @@ def unplaceable_pools(config: PdserveConfig, advertised: Mapping[str, float]) ->
     wait for placement until `up` times out. Empty when every pool can place."""
     problems = []
     for name in POOLS:
-        pool = _pool(config, name)
+        pool = config.pool(name)
         wanted = dict(pool.ray_resources)
         if pool.num_gpus > 0:
             wanted["GPU"] = pool.num_gpus

@@ -7,15 +7,17 @@ with the Helm chart are all checked against this one catalog in tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+from pdserve.router.policy.types import POOLS as POOLS  # the {pool} label values
 
 MetricType = Literal["counter", "gauge", "histogram"]
 
 # Bounded label values only: never request ids or prompt text.
 INPUT_BUCKETS = ("0-256", "256-1k", "1k-4k", "4k-16k", "16k+")
-DECISIONS = ("remote_prefill", "local_prefill", "none")
+DecisionLabel = Literal["remote_prefill", "local_prefill", "none"]
+DECISIONS: tuple[DecisionLabel, ...] = get_args(DecisionLabel)
 REJECT_REASONS = ("router_inflight", "prefill_backlog", "decode_streams")
-POOLS = ("prefill", "decode")
 
 
 @dataclass(frozen=True, slots=True)

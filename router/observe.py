@@ -21,17 +21,14 @@ from collections.abc import Callable
 from typing import Literal
 
 from pdserve.messages import DecodeChunk, PrefillResult
-from pdserve.router.metric_catalog import input_bucket
+from pdserve.router.metric_catalog import DecisionLabel, input_bucket
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import Decision, PoolName
+from pdserve.router.policy.types import POOLS, Decision, PoolName
 from pdserve.router.timeline import Timeline
 from pdserve.router.tracing import RequestTracer
 
-_POOLS: tuple[PoolName, ...] = ("prefill", "decode")
-
 Endpoint = Literal["chat", "completion"]
-DecisionLabel = Literal["remote_prefill", "local_prefill", "none"]
 FailurePoint = Literal[
     "placement", "prefill", "decode_before_first_token", "decode_after_first_token"
 ]
@@ -40,7 +37,7 @@ FailurePoint = Literal[
 log = logging.getLogger("pdserve.router")
 
 # Bounded label values of pdserve_fallbacks_total.
-FallbackStage = Literal["prefill", "decode"]
+FallbackStage = PoolName
 FallbackReason = Literal["error", "timeout", "unhealthy"]
 FallbackAction = Literal["retry", "local"]
 
@@ -280,7 +277,7 @@ class RouterObserver:
         view = self.placer.view
         view.refresh()
         m = self.metrics
-        for pool in _POOLS:
+        for pool in POOLS:
             snaps = [s for s in view.snapshots(pool) if s.healthy]
             m.ready_replicas.labels(pool).set(len(snaps))
             m.running_requests.labels(pool).set(sum(s.num_running_requests for s in snaps))

@@ -189,6 +189,6 @@ class Placer:
         if queued is not None:
             self._queued_tokens[queued[0]] -= queued[1]
 
-    def queued_prefill_tokens(self, pool: str) -> int:
+    def queued_prefill_tokens(self, pool: PoolName) -> int:
         """Prompt tokens this router has sent to `pool` whose prefill has not finished."""
         return self._queued_tokens.get(pool, 0)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pdserve.router.kv_events import KVEventSubscriber
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.types import PoolName, ReplicaSnapshot
+from pdserve.router.policy.types import POOLS, PoolName, ReplicaSnapshot
 
 
 class ReplicaSource(Protocol):
@@ -54,7 +54,7 @@ class ReplicaView:
         engines' block size): its replicas died or are being replaced. None otherwise."""
         if not (self.attached and self._block_size):
             return None
-        pools: tuple[PoolName, ...] = ("prefill", "decode")
+        pools: tuple[PoolName, ...] = POOLS
         return next((pool for pool in pools if not self._snapshots[pool]), None)
 
     @property

@@ -11,9 +11,7 @@ from typing import Any
 
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import PoolName
-
-_POOLS: tuple[PoolName, ...] = ("prefill", "decode")
+from pdserve.router.policy.types import POOLS
 
 
 class ClusterStatus:
@@ -42,7 +40,7 @@ class ClusterStatus:
             pools = await self._dispatcher.pools_ready(timeout_seconds=self._ping_timeout_s)
             view.refresh()
         if view.attached:
-            pools = {pool: any(s.healthy for s in view.snapshots(pool)) for pool in _POOLS}
+            pools = {pool: any(s.healthy for s in view.snapshots(pool)) for pool in POOLS}
         placement = view.ready
         return all(pools.values()) and placement, {"pools": pools, "placement": placement}
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import signal
 import socket
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import httpx
+import psutil
 
 from pdserve.bench.peers.procs import ProcRecord, Scope
 from pdserve.bench.peers.sampler import PROC, list_pids, scope_records
@@ -184,34 +184,17 @@ def _shm_paths_of(pids: list[int]) -> set[str]:
     return used
 
 
-def _alive(rec: ProcRecord) -> bool:
-    with contextlib.suppress(OSError, ValueError):
-        stat = (PROC / str(rec.pid) / "stat").read_text()
-        fields = stat[stat.rfind(")") + 2 :].split()
-        return int(fields[19]) == rec.starttime_ticks and fields[0] != "Z"
-    return False
-
-
 def kill_scope(scope: Scope, log: Log, grace_s: float = 15.0) -> int:
-    """Stop every process of a setup by pid (SIGTERM, then SIGKILL after `grace_s`), then
-    remove the /dev/shm files they used that no live process uses any more. Returns how many
-    processes were signalled. Never touches processes or files outside the scope."""
+    """Stop every process of a setup (SIGTERM, then SIGKILL after `grace_s`), then remove the
+    /dev/shm files they used that no live process uses any more. Returns how many processes
+    were signalled. Never touches processes or files outside the scope (psutil refuses to
+    signal a pid that a new process reused)."""
     records = list(scope_records(scope).values())
     if not records:
         return 0
     shm = _shm_paths_of([r.pid for r in records])
-    _signal(records, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(r) for r in records):
-        time.sleep(0.5)
-    left = [r for r in records if _alive(r)]
-    if left:
-        _signal(left, signal.SIGKILL)
-        time.sleep(1.0)
-    late = list(scope_records(scope).values())  # children started while stopping
-    if late:
-        _signal(late, signal.SIGKILL)
-        time.sleep(1.0)
+    _stop(_processes(records), grace_s)
+    _stop(_processes(list(scope_records(scope).values())), 1.0)  # children started meanwhile
     still_used = _shm_paths_of(list_pids())
     removed = 0
     for path in shm - still_used:
@@ -222,12 +205,25 @@ def kill_scope(scope: Scope, log: Log, grace_s: float = 15.0) -> int:
     return len(records)
 
 
-def _signal(records: list[ProcRecord], sig: signal.Signals) -> None:
+def _processes(records: list[ProcRecord]) -> list[psutil.Process]:
+    procs = []
     for rec in records:
-        if rec.pid == os.getpid() or not _alive(rec):
+        if rec.pid == os.getpid():
             continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(rec.pid, sig)
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(rec.pid))
+    return procs
+
+
+def _stop(procs: list[psutil.Process], grace_s: float) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=1.0)
 
 
 SetupName = Literal["ray_serve_llm", "plain_vllm", "pdserve", "pdserve_proxy"]

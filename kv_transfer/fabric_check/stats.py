@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 BYTES_PER_GB = 1e9  # bandwidth is reported in decimal GB/s, like link speeds
 
@@ -26,16 +27,13 @@ class TimingSummary:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's
-    default). Raises ValueError on an empty sequence or q outside 0..100."""
+    """The q-th percentile (0..100), numpy's linear interpolation between closest ranks.
+    Raises ValueError on an empty sequence or q outside 0..100."""
     if not values:
         raise ValueError("percentile of no samples")
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile q={q} is outside 0..100")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 def summarize(num_bytes: int, latencies_s: Sequence[float]) -> TimingSummary:

@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from pdserve.autoscaling.policy import ScaleDecision, decode_replicas, prefill_replicas
+from pdserve.router.policy.types import POOLS
 
 QUEUED_PREFILL_S = "pdserve_queued_prefill_s"
 """Prefill replica: its queued prefill work in cost-model seconds."""
@@ -43,7 +44,7 @@ class PoolPolicy:
         target_kv_usage: float = 0.8,
         down_fraction: float = 0.5,
     ) -> None:
-        if pool not in ("prefill", "decode"):
+        if pool not in POOLS:
             raise ValueError(f"pool must be prefill or decode, got {pool!r}")
         self.pool = pool
         self._ttft_s = target_ttft_seconds

@@ -20,7 +20,7 @@ def engine_args(
     `kv_events_endpoint`: where the engine publishes KV cache events, `tcp://HOST:PORT`, bound
     by the publisher (None = no events).
     """
-    pool = config.prefill if role == "prefill" else config.decode
+    pool = config.pool(role)
     eng = pool.engine
     args: dict[str, Any] = {
         "model": model_path,

@@ -55,11 +55,6 @@ class PoolReplica:
         """Load, KV block size and KV-event endpoint for the router's replica view."""
         return self._server.routing_stats()
 
-    def record_autoscaling_stats(self) -> dict[str, float]:
-        """Ray Serve calls this every few seconds when the pool autoscales; its policy
-        (`pdserve.autoscaling.serve_policy.PoolPolicy`) scales on these signals."""
-        return self._server.autoscaling_stats()
-
     def __del__(self) -> None:
         # Ray Serve calls __del__ when it stops the replica: stop the engine process with it.
         server = getattr(self, "_server", None)

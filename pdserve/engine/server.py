@@ -19,7 +19,6 @@ from typing import Any
 
 import psutil
 
-from pdserve.autoscaling.serve_policy import ITL_S, KV_USAGE, QUEUED_PREFILL_S
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
 from pdserve.engine.liveness import EngineLiveness
@@ -68,7 +67,7 @@ def _prepare_process(
     os.environ.update(engine_environment(config, role, port, address))
     # Tells `pdserve down` which cluster these engine processes belong to.
     os.environ["PDSERVE_GCS_ADDRESS"] = _gcs_address()
-    pool = config.prefill if role == "prefill" else config.decode
+    pool = config.pool(role)
     if not pool.engine.kv_events:
         return port, None
     events_port = pick_free_port(config.kv_transfer.kv_events_base_port + offset, address)
@@ -124,7 +123,7 @@ class EngineServer:
         self.pending = PendingPrefills()
         """Prompts accepted and not yet prefilled (reported as the replica's prefill queue)."""
         self._engine: Any = None
-        pool = config.prefill if role == "prefill" else config.decode
+        pool = config.pool(role)
         self._liveness = EngineLiveness(pool.unresponsive_after_seconds, time.monotonic)
         self._watchdog: asyncio.Task[None] | None = None
         self._engine_procs: list[psutil.Process] = []
@@ -140,7 +139,7 @@ class EngineServer:
         )
         log.info("starting %s engine (NIXL side channel :%d)", self.role, self.side_channel_port)
         loggers: list[Any] = [stat_logger_factory(self._counters)]
-        pool = self._config.prefill if self.role == "prefill" else self._config.decode
+        pool = self._config.pool(self.role)
         if pool.engine.export_vllm_metrics:
             from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
 
@@ -202,21 +201,21 @@ class EngineServer:
             raise EngineUnresponsiveError(reason)
         await self.engine.check_health()
 
-    def autoscaling_stats(self) -> dict[str, float]:
-        """This replica's scaling signals for Ray Serve's controller (see
-        `pdserve.autoscaling.serve_policy`): prefill, its queued prefill work in cost-model
-        seconds; decode, its KV-cache usage and the mean ITL since the last call. A dead or
-        unresponsive engine reports nothing (Serve replaces it; its signals would mislead)."""
-        if self.dead or self.unresponsive:
-            return {}
-        if self.role == "prefill":
-            queued = self.pending.snapshot()
-            cost = self._config.router.routing.cost_model
-            return {QUEUED_PREFILL_S: cost.est_backlog_s(queued.num_tokens, queued.num_requests)}
-        return {
-            KV_USAGE: float(self._counters.snapshot().kv_cache_usage),
-            ITL_S: self._counters.take_itl_s(),
-        }
+    @property
+    def reports_signals(self) -> bool:
+        """Whether this replica's scaling signals mean anything: a dead or unresponsive engine
+        reports none (Ray Serve replaces it; its signals would mislead the pool's policy)."""
+        return not (self.dead or self.unresponsive)
+
+    def queued_prefill_s(self) -> float:
+        """The prefill work this engine accepted and has not prefilled, in cost-model seconds."""
+        queued = self.pending.snapshot()
+        cost = self._config.router.routing.cost_model
+        return cost.est_backlog_s(queued.num_tokens, queued.num_requests)
+
+    def take_itl_s(self) -> float:
+        """vLLM's mean inter-token latency since the last call (0.0 when idle); restarts it."""
+        return self._counters.take_itl_s()
 
     def routing_stats(self) -> dict[str, Any]:
         """What the router's replica view needs (Ray Serve polls it; see record_routing_stats).

@@ -8,7 +8,7 @@ them into `Candidate`s (a replica evaluated for one request) and returns one `De
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 PolicyName = Literal["round_robin", "least_loaded", "pdserve"]
 """Which routing policy decides: two baselines, or pdserve's cost- and cache-aware pipeline."""
@@ -16,6 +16,9 @@ PolicyName = Literal["round_robin", "least_loaded", "pdserve"]
 PoolName = Literal["prefill", "decode"]
 """A pool, and the role of an engine in it: the one name for this pair across pdserve (the
 policy's snapshots, the replica view, the engines' KV-connector role)."""
+
+POOLS: tuple[PoolName, ...] = get_args(PoolName)
+"""Every pool, in the order pdserve lists them (prefill, then decode)."""
 
 
 class NoReplicaError(RuntimeError):
@@ -80,7 +83,7 @@ class ReplicaSnapshot:
     """Requests whose KV the engine freed at the end of its lease, unpulled (cumulative)."""
 
     def __post_init__(self) -> None:
-        if self.pool not in ("prefill", "decode"):
+        if self.pool not in POOLS:
             raise ValueError(
                 f"replica {self.replica_id}: pool must be 'prefill' or 'decode', got {self.pool!r}"
             )

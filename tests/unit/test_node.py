@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import pathlib
+import socket
 
+import psutil
 import pytest
 from pydantic import ValidationError
 
@@ -18,7 +20,7 @@ from pdserve.node import (
     pool_marker,
     unplaceable_pools,
 )
-from pdserve.ray_node import node_environment, ray_start_args
+from pdserve.ray_node import detect_address, node_environment, ray_start_args
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GPU_EXAMPLE = load_config(ROOT / "deploy" / "gpu-example.yaml")
@@ -113,3 +115,22 @@ def test_a_head_and_a_worker_name_their_address_and_the_worker_joins_the_head() 
     env = node_environment("10.0.0.2", {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"})
     assert env["PDSERVE_NODE_ADDRESS"] == "10.0.0.2"
     assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and env["RAY_worker_niceness"] == "0"
+
+
+def _own_ipv4_addresses() -> list[str]:
+    return [
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    ]
+
+
+def test_without_node_ip_a_worker_advertises_the_address_that_routes_to_its_head() -> None:
+    """Ray's own detection (no --node-ip): the source address of the route toward the head."""
+    worker = NodeSpec(kind="worker", pools=("decode",))
+    assert detect_address(worker, "127.0.0.1:6390") == "127.0.0.1"
+    for own in _own_ipv4_addresses()[:1]:  # a machine with only loopback has none to try
+        assert detect_address(worker, f"{own}:6390") == own
+    assert detect_address(NodeSpec(kind="single"), None) == "127.0.0.1"
+    assert detect_address(NodeSpec(kind="head", address="10.9.8.7"), None) == "10.9.8.7"

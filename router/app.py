@@ -108,12 +108,14 @@ def build_app(
     @app.get("/metrics")
     async def prometheus() -> Response:
         observer.update_pool_gauges()
+        if status.scaling is not None:
+            observer.update_scaling(await status.scaling.current())
         body = observer.metrics.render()
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/pdserve/replicas")
     async def replicas() -> dict[str, Any]:
-        return status.replicas()
+        return await status.replicas()
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

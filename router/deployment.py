@@ -15,6 +15,7 @@ from typing import Any
 import prometheus_client
 from fastapi import FastAPI
 
+from pdserve.autoscaling import store as scaling_store
 from pdserve.config import PdserveConfig
 from pdserve.model_source import resolve_model
 from pdserve.router.app import build_app
@@ -26,10 +27,11 @@ from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.types import PoolName
+from pdserve.router.policy.types import POOLS, PoolName
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.replica_view import ReplicaSource, ReplicaView
+from pdserve.router.scaling import ScalingView
 from pdserve.router.status import ClusterStatus
 from pdserve.router.tracing import RequestTracer
 from pdserve.serve_logs import log_to_serve
@@ -67,7 +69,13 @@ class Router:
                 renderer.model_config(), self._config.model.dtype
             ),
         )
-        self._status = ClusterStatus(placer, dispatcher)
+        elastic = tuple(
+            pool
+            for pool in POOLS
+            if (a := self._config.pool(pool).autoscaling) is not None and a.policy == "slo"
+        )
+        scaling = ScalingView(self._config.app_name, elastic, scaling_store.read)
+        self._status = ClusterStatus(placer, dispatcher, scaling)
         self._api_keys = ApiKeys.load(router.auth, os.environ)
 
     def attach_request_router(self, pool: PoolName, source: ReplicaSource) -> None:

@@ -131,6 +131,38 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Mean KV cache usage (0-1) over the pool's engines.",
         ("pool",),
     ),
+    # Elastic pools only (autoscaling.policy 'slo'), as their policy last published them.
+    MetricSpec(
+        "pdserve_pool_target_replicas",
+        "gauge",
+        "Replicas Ray Serve's autoscaler aims for (its target, after delays and bounds).",
+        ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_pool_wanted_replicas",
+        "gauge",
+        "Replicas the pool's policy wants now, before Ray Serve's delays and bounds.",
+        ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_pool_scaling_signal",
+        "gauge",
+        "The pool's scaling signal per replica (prefill: queued prefill seconds; decode: "
+        "KV-cache usage 0-1), averaged by Ray Serve over the look-back window.",
+        ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_pool_scaling_target",
+        "gauge",
+        "The target of pdserve_pool_scaling_signal.",
+        ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_pool_scale_events",
+        "counter",
+        "Changes of Ray Serve's target replica count seen by this router, by direction.",
+        ("pool", "direction"),
+    ),
 )
 
 

@@ -42,6 +42,11 @@ class RouterMetrics:
         self.queued_prefill_tokens: Gauge = made["pdserve_pool_queued_prefill_tokens"]  # type: ignore[assignment]
         self.running_requests: Gauge = made["pdserve_pool_running_requests"]  # type: ignore[assignment]
         self.kv_cache_usage: Gauge = made["pdserve_pool_kv_cache_usage_ratio"]  # type: ignore[assignment]
+        self.target_replicas: Gauge = made["pdserve_pool_target_replicas"]  # type: ignore[assignment]
+        self.wanted_replicas: Gauge = made["pdserve_pool_wanted_replicas"]  # type: ignore[assignment]
+        self.scaling_signal: Gauge = made["pdserve_pool_scaling_signal"]  # type: ignore[assignment]
+        self.scaling_target: Gauge = made["pdserve_pool_scaling_target"]  # type: ignore[assignment]
+        self.scale_events: Counter = made["pdserve_pool_scale_events"]  # type: ignore[assignment]
 
     def _make(self, spec: MetricSpec) -> Counter | Gauge | Histogram:
         labels = list(spec.labels)

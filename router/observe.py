@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal
 
+from pdserve.autoscaling.journal import PoolScaling
 from pdserve.messages import DecodeChunk, PrefillResult
 from pdserve.router.metric_catalog import DecisionLabel, input_bucket
 from pdserve.router.metrics import RouterMetrics
@@ -228,6 +229,7 @@ class RouterObserver:
         self._kv_bytes_per_token = kv_bytes_per_token
         # (counter, replica id) -> that engine counter's value at the last scrape
         self._engine_counts_seen: dict[tuple[str, str], int] = {}
+        self._events_seen_unix_s: dict[PoolName, float] = {}
 
     def start(
         self, endpoint: Endpoint, request_id: str, placement_id: str, arrival_s: float
@@ -291,6 +293,23 @@ class RouterObserver:
                 expired = self._since_last_scrape("expired", snap.replica_id,
                                                   snap.kv_expired_total)  # fmt: skip
                 m.kv_expired.labels(pool).inc(expired)
+
+    def update_scaling(self, docs: Mapping[PoolName, PoolScaling]) -> None:
+        """Refresh the elastic pools' gauges from their policies' documents; count the scale
+        events not seen before (an event is known by its time)."""
+        m = self.metrics
+        for pool, doc in docs.items():
+            m.target_replicas.labels(pool).set(doc.target_replicas)
+            m.wanted_replicas.labels(pool).set(doc.wanted_replicas)
+            m.scaling_signal.labels(pool).set(doc.signal)
+            m.scaling_target.labels(pool).set(doc.signal_target)
+            seen = self._events_seen_unix_s.get(pool, float("-inf"))
+            for event in doc.events:
+                if event.unix_s > seen:
+                    direction = "up" if event.to_replicas > event.from_replicas else "down"
+                    m.scale_events.labels(pool, direction).inc()
+            if doc.events:
+                self._events_seen_unix_s[pool] = max(seen, doc.events[-1].unix_s)
 
     def _since_last_scrape(self, counter: str, replica_id: str, total: int) -> int:
         """How much one replica's cumulative engine counter grew since the last scrape (a

@@ -12,13 +12,21 @@ from typing import Any
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.placement import Placer
 from pdserve.router.policy.types import POOLS
+from pdserve.router.scaling import ScalingView
 
 
 class ClusterStatus:
     """Readiness and the replica picture, from the placer's replica view."""
 
-    def __init__(self, placer: Placer | None, dispatcher: Dispatcher, ping_timeout_s: float = 5):
+    def __init__(
+        self,
+        placer: Placer | None,
+        dispatcher: Dispatcher,
+        scaling: ScalingView | None = None,
+        ping_timeout_s: float = 5,
+    ):
         self._placer = placer
+        self.scaling = scaling
         self._dispatcher = dispatcher
         self._ping_timeout_s = ping_timeout_s
 
@@ -44,8 +52,13 @@ class ClusterStatus:
         placement = view.ready
         return all(pools.values()) and placement, {"pools": pools, "placement": placement}
 
-    def replicas(self) -> dict[str, Any]:
-        """The router's view of the replicas (for operators and `pdserve top`)."""
-        if self._placer is None:
-            return {"ready": False, "pools": {}}
-        return self._placer.view.describe()
+    async def replicas(self) -> dict[str, Any]:
+        """The router's view of the replicas (for operators and `pdserve top`), and under
+        `scaling` each elastic pool's autoscaler state and recent scale events."""
+        doc = (
+            {"ready": False, "pools": {}} if self._placer is None else self._placer.view.describe()
+        )
+        if self.scaling is not None:
+            docs = await self.scaling.current()
+            doc["scaling"] = {pool: d.model_dump(mode="json") for pool, d in docs.items()}
+        return doc

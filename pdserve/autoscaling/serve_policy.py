@@ -5,10 +5,11 @@ deployment with the pool's `policy_kwargs` and calls it every control-loop tick 
 an `AutoscalingContext`. It reads what each running replica reported from its
 `record_autoscaling_stats` (`ctx.aggregated_metrics[name][replica_id]`, time-averaged by
 Serve over `look_back_period_s`) and returns the replica count the pure policy wants; Serve
-then applies the delays, scaling factors and min/max bounds. A scale decision is logged (in
-the Serve controller's log) once per change of direction or count, with its reason, and
-exported as gauges through Ray's metrics export (`pdserve_pool_*`, which Ray exports as
-`ray_pdserve_pool_*`, one series per pool).
+then applies the delays, scaling factors and min/max bounds. A decision that would change
+the count is logged (in the Serve controller's log) once, with its reason, and so is every
+scale event (a change of Serve's target); the pool's state and recent events are published to
+Ray's GCS key-value store (`store`), where the routers read them for `/metrics`,
+`/v1/pdserve/replicas` and `pdserve top`.
 
 Signals each pool's replicas report (names shared with `pdserve.engine.server`):
 prefill `QUEUED_PREFILL_S`; decode `KV_USAGE` and `ITL_S`.
@@ -17,10 +18,14 @@ prefill `QUEUED_PREFILL_S`; decode `KV_USAGE` and `ITL_S`.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
+from pdserve.autoscaling import store
+from pdserve.autoscaling.journal import PoolScaling, ScalingJournal
 from pdserve.autoscaling.policy import ScaleDecision, decode_replicas, prefill_replicas
-from pdserve.router.policy.types import POOLS
+from pdserve.router.policy.types import POOLS, PoolName
 
 QUEUED_PREFILL_S = "pdserve_queued_prefill_s"
 """Prefill replica: its queued prefill work in cost-model seconds."""
@@ -46,13 +51,15 @@ class PoolPolicy:
     ) -> None:
         if pool not in POOLS:
             raise ValueError(f"pool must be prefill or decode, got {pool!r}")
-        self.pool = pool
+        self.pool: PoolName = pool
         self._ttft_s = target_ttft_seconds
         self._itl_s = target_itl_seconds
         self._kv = target_kv_usage
         self._down = down_fraction
         self._last: tuple[str, int] | None = None
-        self._gauges: Any = None
+        self._journal = ScalingJournal(self.pool)
+        self._now: Callable[[], float] = time.time
+        self._publish: Callable[[str, PoolScaling], None] = store.publish
 
     def decide(self, metrics: dict[str, dict[Any, float]], current: int) -> ScaleDecision:
         """The pure decision from Serve's aggregated per-replica metrics."""
@@ -72,7 +79,7 @@ class PoolPolicy:
             log.exception("pdserve %s autoscaling policy failed; holding", self.pool)
             return ctx.target_num_replicas, {}
         bounds = (ctx.capacity_adjusted_min_replicas, ctx.capacity_adjusted_max_replicas)
-        self._report(decision, ctx.target_num_replicas, bounds)
+        self._report(ctx, decision, bounds)
         state = {
             "pdserve_wanted": decision.replicas,
             "pdserve_direction": decision.direction,
@@ -80,37 +87,25 @@ class PoolPolicy:
         }
         return decision.replicas, state
 
-    def _report(self, decision: ScaleDecision, target: int, bounds: tuple[int, int]) -> None:
+    def _report(self, ctx: Any, decision: ScaleDecision, bounds: tuple[int, int]) -> None:
         """Log a decision that changes what Serve will do (direction, or the count within the
-        pool's bounds); set the gauges."""
+        pool's bounds) and every scale event; publish the pool's scaling document."""
+        target = ctx.target_num_replicas
         clipped = min(max(decision.replicas, bounds[0]), bounds[1])
         key = (decision.direction, clipped)
         if decision.direction != "hold" and clipped != target and key != self._last:
-            log.info("pdserve autoscaling %s: %s", self.pool, decision.reason)
+            log.info("pdserve autoscaling %s wants: %s", self.pool, decision.reason)
         self._last = key
-        try:
-            gauges = self._gauges or self._make_gauges()
-            tags = {"pool": self.pool}
-            gauges[0].set(target, tags=tags)
-            gauges[1].set(decision.replicas, tags=tags)
-            gauges[2].set(decision.signal, tags=tags)
-            gauges[3].set(decision.target, tags=tags)
-        except Exception:  # metrics are best effort: never block scaling on them
-            log.debug("pdserve autoscaling gauges unavailable", exc_info=True)
-
-    def _make_gauges(self) -> tuple[Any, ...]:
-        from ray.util.metrics import Gauge
-
-        keys = ("pool",)
-        self._gauges = (
-            Gauge("pdserve_pool_target_replicas", "Replicas Ray Serve aims for.", keys),
-            Gauge("pdserve_pool_wanted_replicas", "Replicas the pool's policy wants now.", keys),
-            Gauge(
-                "pdserve_pool_scaling_signal",
-                "The pool's scaling signal per replica (prefill: queued prefill seconds; "
-                "decode: KV-cache usage).",
-                keys,
-            ),
-            Gauge("pdserve_pool_scaling_target", "The scaling signal's target.", keys),
-        )
-        return tuple(self._gauges)
+        doc, event = self._journal.tick(decision, ctx.current_num_replicas, target, self._now())
+        if event is not None:
+            log.info(
+                "pdserve autoscaling %s: %d -> %d replicas (%s)",
+                self.pool, event.from_replicas, event.to_replicas, event.reason,
+            )  # fmt: skip
+        if doc is not None:
+            try:
+                self._publish(ctx.app_name or "", doc)
+            except Exception:  # watching is best effort: never block scaling on it
+                log.debug(
+                    "pdserve autoscaling: cannot publish %s's state", self.pool, exc_info=True
+                )

@@ -57,6 +57,29 @@ class ReplicaRow:
 
 
 @dataclass(frozen=True)
+class ScalingRow:
+    """One elastic pool's autoscaler (the `scaling` entry of /v1/pdserve/replicas)."""
+
+    pool: str
+    current_replicas: int
+    target_replicas: int
+    wanted_replicas: int
+    signal: float
+    signal_target: float
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One scale event: Ray Serve's target for `pool` went from one count to another."""
+
+    unix_s: float
+    pool: str
+    from_replicas: int
+    to_replicas: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class TtftRow:
     """TTFT of one input bucket over the window, decisions summed; prefill p50 beside it."""
 
@@ -102,6 +125,9 @@ class TopView:
     """429s from admission control, per second (`pdserve_requests_rejected_total`)."""
     fallbacks_per_s: float | None = None
     """Requests moved off a failed stage, per second (`pdserve_fallbacks_total`)."""
+    scaling: tuple[ScalingRow, ...] = ()
+    scale_events: tuple[EventRow, ...] = ()
+    """The most recent scale events of every elastic pool, newest first."""
 
 
 def _ordered(keys: Iterable[str], preferred: tuple[str, ...]) -> list[str]:
@@ -160,6 +186,44 @@ def replica_rows(doc: Mapping[str, Any] | None) -> tuple[tuple[ReplicaRow, ...],
     return tuple(rows), note
 
 
+def scaling_rows(
+    doc: Mapping[str, Any] | None, max_events: int = 5
+) -> tuple[tuple[ScalingRow, ...], tuple[EventRow, ...]]:
+    """The elastic pools' autoscaler rows and their latest `max_events` scale events (newest
+    first) from a replicas document; empty when no pool autoscales on pdserve's policy."""
+    scaling = doc.get("scaling") if doc is not None else None
+    if not isinstance(scaling, dict):
+        return (), ()
+    rows, events = [], []
+    for pool in _ordered(scaling, POOLS):
+        s = scaling[pool]
+        if not isinstance(s, dict):
+            continue
+        rows.append(
+            ScalingRow(
+                pool=pool,
+                current_replicas=int(s.get("current_replicas", 0)),
+                target_replicas=int(s.get("target_replicas", 0)),
+                wanted_replicas=int(s.get("wanted_replicas", 0)),
+                signal=float(s.get("signal", 0.0)),
+                signal_target=float(s.get("signal_target", 0.0)),
+            )
+        )
+        for e in s.get("events") or ():
+            if isinstance(e, dict):
+                events.append(
+                    EventRow(
+                        unix_s=float(e.get("unix_s", 0.0)),
+                        pool=pool,
+                        from_replicas=int(e.get("from_replicas", 0)),
+                        to_replicas=int(e.get("to_replicas", 0)),
+                        reason=str(e.get("reason", "")),
+                    )
+                )
+    events.sort(key=lambda e: e.unix_s, reverse=True)
+    return tuple(rows), tuple(events[:max_events])
+
+
 def ttft_rows(delta: Mapping[SampleKey, float]) -> tuple[TtftRow, ...]:
     """One row per input bucket with TTFT observations in the window."""
     ttft = buckets_by(delta, TTFT, ("input_bucket",))
@@ -208,7 +272,8 @@ def build_view(
         for pool in dict.fromkeys(r.pool for r in replicas)
         if pool not in seen
     )
-    base = TopView(len(window), None, pools, replicas, note)
+    scaling, events = scaling_rows(newest.replicas)
+    base = TopView(len(window), None, pools, replicas, note, scaling=scaling, scale_events=events)
     d = window.delta()
     if d is None:
         return base
@@ -236,4 +301,6 @@ def build_view(
         generation_tokens_per_s=d.rate(total(s, "pdserve_generation_tokens_total")),
         rejected_per_s=d.rate(total(s, "pdserve_requests_rejected_total")),
         fallbacks_per_s=d.rate(total(s, "pdserve_fallbacks_total")),
+        scaling=base.scaling,
+        scale_events=base.scale_events,
     )

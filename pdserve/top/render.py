@@ -6,6 +6,8 @@ pools with their replicas, TTFT by input bucket with the p50 breakdown, KV trans
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -89,6 +91,34 @@ def _cluster(view: TopView) -> RenderableType:
     return table
 
 
+def _scaling(view: TopView) -> Group:
+    """Elastic pools: replicas now / Serve's target / the policy's wish, the signal against
+    its target, and the latest scale events with their reasons."""
+    lines: list[RenderableType] = [Text("Autoscaling", style="bold")]
+    for row in view.scaling:
+        unit = " s" if row.pool == "prefill" else ""
+        lines.append(
+            Text(
+                f" {row.pool}: {row.current_replicas} running · target {row.target_replicas}"
+                f" · policy wants {row.wanted_replicas} · signal {row.signal:.2f}{unit}"
+                f" (target {row.signal_target:g}{unit})"
+            )
+        )
+    for e in view.scale_events:
+        when = time.strftime("%H:%M:%S", time.localtime(e.unix_s))
+        style = "green" if e.to_replicas > e.from_replicas else "yellow"
+        lines.append(
+            Text.assemble(
+                f" {when} ",
+                (f"{e.pool} {e.from_replicas} -> {e.to_replicas}", style),
+                f"  {e.reason}",
+            )
+        )
+    if not view.scale_events:
+        lines.append(Text(" no scale event yet", style="dim"))
+    return Group(*lines)
+
+
 def _ttft(view: TopView) -> Group:
     table = _table("TTFT by input bucket", "input", "requests", "p50", "p99", "prefill p50")
     for row in view.ttft:
@@ -142,5 +172,8 @@ def render(
     parts: list[RenderableType] = [header]
     if error:
         parts.append(Text(error, style="bold red"))
-    parts += [Text(""), _traffic(view), _cluster(view), _ttft(view), _kv(view)]
+    parts += [Text(""), _traffic(view), _cluster(view)]
+    if view.scaling:
+        parts.append(_scaling(view))
+    parts += [_ttft(view), _kv(view)]
     return Group(*parts)

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from pdserve.autoscaling.journal import PoolScaling, ScaleEvent
 from pdserve.router.metrics import RouterMetrics
 from pdserve.top import cli as top_cli
 from pdserve.top.bandwidth import (
@@ -292,3 +293,33 @@ def test_cli_once(monkeypatch: pytest.MonkeyPatch, status: int, code: int) -> No
     result = CliRunner().invoke(app, ["--once", "--interval", "0.1"])
     assert result.exit_code == code, result.output
     assert ("remote_prefill" in result.output) == (code == 0)
+
+
+def test_render_shows_each_elastic_pools_autoscaler_and_its_latest_events() -> None:
+    """The replicas document's `scaling` entry, as the router builds it from the policies'
+    PoolScaling documents: counts, signal against target, newest event first with reason."""
+    up = ScaleEvent(unix_s=1000.0, from_replicas=1, to_replicas=2, reason="queued prefill high")
+    down = ScaleEvent(unix_s=2000.0, from_replicas=2, to_replicas=1, reason="queued prefill low")
+    doc = PoolScaling(
+        pool="prefill", current_replicas=1, target_replicas=1, wanted_replicas=1, signal=0.04,
+        signal_target=0.5, reason="hold", updated_unix_s=2001.0, events=(up, down),
+    )  # fmt: skip
+    replicas = {**REPLICAS, "scaling": {"prefill": doc.model_dump(mode="json")}}
+    window = ScrapeWindow(30)
+    window.add(_scrape(RouterMetrics(), 0.0, replicas))
+    view = build_view(window)
+    assert [(e.from_replicas, e.to_replicas) for e in view.scale_events] == [(2, 1), (1, 2)]
+    console = Console(record=True, width=120)
+    console.print(render(view, "http://x", 30, 2, "12:00:00"))
+    text = console.export_text()
+    assert "prefill: 1 running · target 1 · policy wants 1 · signal 0.04 s (target 0.5 s)" in text
+    assert text.index("prefill 2 -> 1  queued prefill low") < text.index("prefill 1 -> 2")
+    plain = Console(record=True, width=120)
+    plain.print(render(build_view(_window_of(REPLICAS)), "http://x", 30, 2, "12:00:00"))
+    assert "Autoscaling" not in plain.export_text()  # no elastic pool, no section
+
+
+def _window_of(replicas: dict[str, Any]) -> ScrapeWindow:
+    window = ScrapeWindow(30)
+    window.add(_scrape(RouterMetrics(), 0.0, replicas))
+    return window

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from ray.serve.config import AutoscalingConfig as ServeAutoscalingConfig
 
+from pdserve.autoscaling.journal import PoolScaling
 from pdserve.autoscaling.serve_policy import ITL_S, KV_USAGE, QUEUED_PREFILL_S, PoolPolicy
 from pdserve.config import PdserveConfig
 
@@ -18,6 +19,7 @@ app = importlib.import_module("pdserve.deploy.app")
 
 def _ctx(metrics: dict[str, dict[Any, float]], current: int, target: int) -> Any:
     return SimpleNamespace(
+        app_name="pdserve",
         aggregated_metrics=metrics,
         current_num_replicas=current,
         target_num_replicas=target,
@@ -103,3 +105,32 @@ def test_a_config_with_both_pools_autoscaling_survives_the_trip_to_the_replicas(
     assert again.decode.autoscaling.slo_targets("decode") == {
         "target_itl_seconds": 0.1, "target_kv_usage": 0.6,
     }  # fmt: skip
+
+
+def test_the_policy_publishes_its_state_and_each_scale_event_with_its_reason() -> None:
+    policy = PoolPolicy("prefill", target_ttft_seconds=1.0)
+    published: list[tuple[str, PoolScaling]] = []
+    clock = iter(100 + t / 10 for t in range(100))  # 0.1 s per tick
+    policy._publish = lambda app, doc: published.append((app, doc))
+    policy._now = lambda: next(clock)
+    busy = {QUEUED_PREFILL_S: {"r1": 2.5}}
+    policy(_ctx(busy, current=1, target=1))  # wants 3; Serve's delay holds the target at 1
+    policy(_ctx(busy, current=1, target=1))  # nothing changed within a second: not published
+    policy(_ctx(busy, current=1, target=2))  # Serve raised its target: a scale event
+    assert [app for app, _ in published] == ["pdserve", "pdserve"]
+    first, last = published[0][1], published[1][1]
+    assert (first.target_replicas, first.wanted_replicas, first.events) == (1, 3, ())
+    assert (first.signal, first.signal_target) == (2.5, 1.0)
+    [event] = last.events
+    assert (event.from_replicas, event.to_replicas) == (1, 2)
+    assert "queued prefill 2.50 s per replica > target 1 s" in event.reason
+
+
+def test_a_failing_store_never_stops_scaling() -> None:
+    policy = PoolPolicy("prefill", target_ttft_seconds=1.0)
+
+    def broken(app: str, doc: PoolScaling) -> None:
+        raise ConnectionError("GCS unreachable")
+
+    policy._publish = broken
+    assert policy(_ctx({QUEUED_PREFILL_S: {"r1": 2.5}}, current=1, target=1))[0] == 3

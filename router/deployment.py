@@ -21,7 +21,6 @@ from pdserve.model_source import resolve_model
 from pdserve.router.app import build_app
 from pdserve.router.auth import ApiKeys
 from pdserve.router.dispatch import RayServeDispatcher
-from pdserve.router.kv_size import kv_bytes_per_token
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
@@ -65,9 +64,6 @@ class Router:
             RouterMetrics(),
             placer,
             self._tracer,
-            kv_bytes_per_token=kv_bytes_per_token(
-                renderer.model_config(), self._config.model.dtype
-            ),
         )
         elastic = tuple(
             pool

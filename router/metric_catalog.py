@@ -27,6 +27,17 @@ class MetricSpec:
     type: MetricType
     help: str
     labels: tuple[str, ...] = ()
+    measured_by_engines: bool = False
+    """A histogram the engines measure and report in their routing stats under the name
+    without its `pdserve_` prefix; the router sums it per pool (router/engine_histograms.py)."""
+
+
+# Histogram bounds. Seconds: 1 ms to 2 minutes; bytes: 4 KiB to 4 GiB.
+SECONDS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0,
+)  # fmt: skip
+BYTES_BUCKETS = tuple(float(4096 * 4**i) for i in range(11))
 
 
 CATALOG: tuple[MetricSpec, ...] = (
@@ -98,9 +109,28 @@ CATALOG: tuple[MetricSpec, ...] = (
         ("input_bucket", "decision"),
     ),
     MetricSpec(
-        "pdserve_kv_transfer_seconds", "histogram", "KV transfer time from prefill to decode."
+        "pdserve_kv_wait_seconds",
+        "histogram",
+        "Per remote-prefilled request: the decode engine's wait from accepting it to "
+        "scheduling it, i.e. the KV pull plus any wait for a decode slot (the timeline's "
+        "kv_transfer stage).",
     ),
-    MetricSpec("pdserve_kv_transfer_bytes", "histogram", "KV bytes moved per request."),
+    MetricSpec(
+        "pdserve_kv_transfer_seconds",
+        "histogram",
+        "NIXL's own time per KV transfer (read posted to done), measured by the pulling "
+        "engine's NixlConnector, by that engine's pool; from the replicas' routing stats.",
+        ("pool",),
+        measured_by_engines=True,
+    ),
+    MetricSpec(
+        "pdserve_kv_transfer_bytes",
+        "histogram",
+        "Bytes per NIXL KV transfer, as the pulling engine's NixlConnector counted them, by "
+        "that engine's pool; from the replicas' routing stats.",
+        ("pool",),
+        measured_by_engines=True,
+    ),
     MetricSpec(
         "pdserve_inter_token_latency_seconds",
         "histogram",

@@ -7,13 +7,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from pdserve.router.metric_catalog import CATALOG, MetricSpec
-
-# Seconds: from 5 ms to 2 minutes; bytes: 4 KiB to 4 GiB.
-_SECONDS_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-)  # fmt: skip
-_BYTES_BUCKETS = tuple(float(4096 * 4**i) for i in range(11))
+from pdserve.router.engine_histograms import PoolHistogram
+from pdserve.router.metric_catalog import BYTES_BUCKETS, CATALOG, SECONDS_BUCKETS, MetricSpec
 
 
 class RouterMetrics:
@@ -21,7 +16,10 @@ class RouterMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        made = {spec.name: self._make(spec) for spec in CATALOG}
+        made = {spec.name: self._make(spec) for spec in CATALOG if not spec.measured_by_engines}
+        self.engine_histograms = {
+            spec.name: self._engine_histogram(spec) for spec in CATALOG if spec.measured_by_engines
+        }
         self.requests: Counter = made["pdserve_requests"]  # type: ignore[assignment]
         self.rejected: Counter = made["pdserve_requests_rejected"]  # type: ignore[assignment]
         self.fallbacks: Counter = made["pdserve_fallbacks"]  # type: ignore[assignment]
@@ -34,8 +32,7 @@ class RouterMetrics:
         self.ttft: Histogram = made["pdserve_time_to_first_token_seconds"]  # type: ignore[assignment]
         self.queue_time: Histogram = made["pdserve_queue_time_seconds"]  # type: ignore[assignment]
         self.prefill_time: Histogram = made["pdserve_prefill_time_seconds"]  # type: ignore[assignment]
-        self.kv_transfer_seconds: Histogram = made["pdserve_kv_transfer_seconds"]  # type: ignore[assignment]
-        self.kv_transfer_bytes: Histogram = made["pdserve_kv_transfer_bytes"]  # type: ignore[assignment]
+        self.kv_wait_seconds: Histogram = made["pdserve_kv_wait_seconds"]  # type: ignore[assignment]
         self.itl: Histogram = made["pdserve_inter_token_latency_seconds"]  # type: ignore[assignment]
         self.e2e: Histogram = made["pdserve_e2e_latency_seconds"]  # type: ignore[assignment]
         self.ready_replicas: Gauge = made["pdserve_pool_ready_replicas"]  # type: ignore[assignment]
@@ -54,8 +51,18 @@ class RouterMetrics:
             return Counter(spec.name, spec.help, labels, registry=self.registry)
         if spec.type == "gauge":
             return Gauge(spec.name, spec.help, labels, registry=self.registry)
-        buckets = _BYTES_BUCKETS if spec.name.endswith("_bytes") else _SECONDS_BUCKETS
-        return Histogram(spec.name, spec.help, labels, buckets=buckets, registry=self.registry)
+        return Histogram(
+            spec.name, spec.help, labels, buckets=_buckets(spec), registry=self.registry
+        )
+
+    def _engine_histogram(self, spec: MetricSpec) -> PoolHistogram:
+        hist = PoolHistogram(spec.name, spec.help, _buckets(spec))
+        self.registry.register(hist)
+        return hist
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _buckets(spec: MetricSpec) -> tuple[float, ...]:
+    return BYTES_BUCKETS if spec.name.endswith("_bytes") else SECONDS_BUCKETS

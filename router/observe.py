@@ -67,7 +67,6 @@ class RequestObservation:
         is not ready yet)."""
         self._num_prompt_tokens = 0
         self._num_cached_tokens: int | None = None
-        self._kv_bytes = 0
         self._prefill_open = False
         self._decode_sent = False
         self._first = True
@@ -106,7 +105,6 @@ class RequestObservation:
         t.prefill_replica_id = result.replica_id
         self._num_prompt_tokens = result.num_prompt_tokens
         self._num_cached_tokens = result.num_cached_tokens
-        self._kv_bytes = result.handoff.num_blocks * self._owner.kv_block_bytes()
 
     def prefill_ended(self) -> None:
         """The prefill is no longer outstanding work (finished, failed or abandoned): tell
@@ -133,7 +131,6 @@ class RequestObservation:
         self.fell_back("decode", "error", "retry", detail)
         self.timeline.local_prefill = True
         self._num_cached_tokens = None  # the retry's own prefill reports it
-        self._kv_bytes = 0
         placer = self._owner.placer
         if placer is not None:
             placer.decode_moved(self.placement_id, decode_replica_id)
@@ -173,7 +170,7 @@ class RequestObservation:
     def stream_completed(self) -> None:
         """The decode stream ended normally: observe the latency histograms and trace."""
         self.timeline.last_token_s = self._owner.clock()
-        self._owner.record_latencies(self.timeline, self._num_prompt_tokens, self._kv_bytes)
+        self._owner.record_latencies(self.timeline, self._num_prompt_tokens)
         if self._owner.tracer is not None:
             self._owner.tracer.record(
                 self.timeline,
@@ -219,14 +216,12 @@ class RouterObserver:
         metrics: RouterMetrics,
         placer: Placer | None = None,
         tracer: RequestTracer | None = None,
-        kv_bytes_per_token: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.metrics = metrics
         self.placer = placer
         self.tracer = tracer
         self.clock = clock
-        self._kv_bytes_per_token = kv_bytes_per_token
         # (counter, replica id) -> that engine counter's value at the last scrape
         self._engine_counts_seen: dict[tuple[str, str], int] = {}
         self._events_seen_unix_s: dict[PoolName, float] = {}
@@ -245,12 +240,7 @@ class RouterObserver:
         """A request refused by admission control (429), by the bound it hit."""
         self.metrics.rejected.labels(reason).inc()
 
-    def kv_block_bytes(self) -> int:
-        """Bytes one KV block holds (blocks read per handoff x this = bytes moved)."""
-        block = self.placer.view.block_size_tokens if self.placer is not None else 0
-        return self._kv_bytes_per_token * block
-
-    def record_latencies(self, timeline: Timeline, num_prompt: int, kv_bytes: int) -> None:
+    def record_latencies(self, timeline: Timeline, num_prompt: int) -> None:
         """Observe a completed request's latency histograms."""
         m = self.metrics
         bucket = input_bucket(num_prompt)
@@ -267,8 +257,7 @@ class RouterObserver:
         if "prefill" in stages:
             m.prefill_time.labels(bucket, decision).observe(stages["prefill"])
         if not timeline.local_prefill:
-            m.kv_transfer_seconds.observe(stages.get("kv_transfer", 0.0))
-            m.kv_transfer_bytes.observe(kv_bytes)
+            m.kv_wait_seconds.observe(stages.get("kv_transfer", 0.0))
         for gap in timeline.inter_token_s():
             m.itl.observe(gap)
 
@@ -293,6 +282,12 @@ class RouterObserver:
                 expired = self._since_last_scrape("expired", snap.replica_id,
                                                   snap.kv_expired_total)  # fmt: skip
                 m.kv_expired.labels(pool).inc(expired)
+            for replica_id, stats in view.reports(pool):
+                for name, hist in m.engine_histograms.items():
+                    hist.fold(pool, replica_id, stats.get(name.removeprefix("pdserve_")))
+        live = {s.replica_id for pool in POOLS for s in view.snapshots(pool)}
+        for hist in m.engine_histograms.values():
+            hist.forget(live)
 
     def update_scaling(self, docs: Mapping[PoolName, PoolScaling]) -> None:
         """Refresh the elastic pools' gauges from their policies' documents; count the scale

@@ -16,10 +16,9 @@ class PromptRenderer:
     """Wraps a Hugging Face tokenizer. Built once per router replica; thread-compatible."""
 
     def __init__(self, model_path: str):
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self._tok: Any = AutoTokenizer.from_pretrained(model_path)
-        self._model_config: dict[str, Any] = AutoConfig.from_pretrained(model_path).to_dict()
         if not getattr(self._tok, "chat_template", None):
             self._tok.chat_template = None
         self.eos_token_id: int | None = self._tok.eos_token_id
@@ -52,10 +51,6 @@ class PromptRenderer:
     def encode(self, text: str) -> list[int]:
         """Token ids of a plain completion prompt (with the tokenizer's special tokens)."""
         return list(self._tok.encode(text))
-
-    def model_config(self) -> dict[str, Any]:
-        """The model's Hugging Face config (config.json) as a dict."""
-        return self._model_config
 
     def vocab_size(self) -> int:
         return len(self._tok)

@@ -64,6 +64,14 @@ class ReplicaView:
     def snapshots(self, pool: PoolName) -> list[ReplicaSnapshot]:
         return self._snapshots[pool]
 
+    def reports(self, pool: PoolName) -> list[tuple[str, dict[str, Any]]]:
+        """(replica id, its last routing stats) of each healthy replica of `pool`."""
+        return [
+            (s.replica_id, self._last_stats[s.replica_id])
+            for s in self._snapshots.get(pool, [])
+            if s.healthy and s.replica_id in self._last_stats
+        ]
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able picture of the view (GET /v1/pdserve/replicas)."""
         self.refresh()

@@ -246,6 +246,9 @@ class EngineServer:
             "kv_events_endpoint": self.kv_events_endpoint,
             "kv_transfer_failures_total": s.num_kv_transfer_failures_total,
             "kv_expired_total": s.num_kv_expired_total,
+            # Engine-measured histograms (router/engine_histograms.py), cumulative.
+            "kv_transfer_seconds": self._counters.kv_transfer_seconds.report(),
+            "kv_transfer_bytes": self._counters.kv_transfer_bytes.report(),
         }
 
     def _kill_engine_processes(self) -> None:

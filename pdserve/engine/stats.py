@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pdserve.router.engine_histograms import BucketCounts
+from pdserve.router.metric_catalog import BYTES_BUCKETS, SECONDS_BUCKETS
+
 
 @dataclass(frozen=True, slots=True)
 class EngineStats:
@@ -53,6 +56,9 @@ class EngineCounters:
         self._xfer_seconds = 0.0
         self._itl_sum_s = 0.0
         self._itl_count = 0
+        # NIXL's own per-transfer time and size (the pulling engine's connector measures them).
+        self.kv_transfer_seconds = BucketCounts(SECONDS_BUCKETS)
+        self.kv_transfer_bytes = BucketCounts(BYTES_BUCKETS)
 
     def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
         """Fold one engine step's stats in (called by `PdserveStatLogger`)."""
@@ -76,9 +82,14 @@ class EngineCounters:
 
     def _fold_connector(self, data: dict[str, Any]) -> None:
         durations = data.get("transfer_duration") or []
+        sizes = data.get("bytes_transferred") or []
         self._xfers += len(durations)
         self._xfer_seconds += float(sum(durations))
-        self._xfer_bytes += int(sum(data.get("bytes_transferred") or []))
+        self._xfer_bytes += int(sum(sizes))
+        for seconds in durations:
+            self.kv_transfer_seconds.observe(float(seconds))
+        for size in sizes:
+            self.kv_transfer_bytes.observe(float(size))
         self._xfer_failures += sum(
             len(data.get(key) or [])
             for key in ("num_failed_transfers", "num_failed_handshakes", "num_failed_notifications")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pdserve.messages import EngineTimes
-from pdserve.router.kv_size import kv_bytes_per_token
 from pdserve.router.timeline import STAGES, Timeline
+from tests.integration.kv_size import kv_bytes_per_token
 
 
 def _full(local: bool = False) -> Timeline:

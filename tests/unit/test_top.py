@@ -11,6 +11,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from pdserve.autoscaling.journal import PoolScaling, ScaleEvent
+from pdserve.router.engine_histograms import BucketCounts
+from pdserve.router.metric_catalog import BYTES_BUCKETS, SECONDS_BUCKETS
 from pdserve.router.metrics import RouterMetrics
 from pdserve.top import cli as top_cli
 from pdserve.top.bandwidth import (
@@ -109,6 +111,24 @@ def _scrape(m: RouterMetrics, t_s: float, replicas: dict[str, Any] | None = REPL
     return Scrape(t_s, parse_metrics(m.render().decode()), replicas)
 
 
+class _DecodeEngine:
+    """A decode engine's NIXL histograms, cumulative, as its routing stats report them."""
+
+    def __init__(self) -> None:
+        self.seconds = BucketCounts(SECONDS_BUCKETS)
+        self.bytes = BucketCounts(BYTES_BUCKETS)
+
+    def transfer(self, seconds: float, size: float) -> None:
+        self.seconds.observe(seconds)
+        self.bytes.observe(size)
+
+    def reported_to(self, m: RouterMetrics) -> None:
+        m.engine_histograms["pdserve_kv_transfer_seconds"].fold(
+            "decode", "d1", self.seconds.report()
+        )
+        m.engine_histograms["pdserve_kv_transfer_bytes"].fold("decode", "d1", self.bytes.report())
+
+
 def test_view_from_real_router_metrics() -> None:
     """Build scrapes from the router's own registry: names, suffixes and labels must match."""
     m = RouterMetrics()
@@ -119,15 +139,16 @@ def test_view_from_real_router_metrics() -> None:
     m.kv_cache_usage.labels("decode").set(0.5)
     window = ScrapeWindow(30)
     window.add(_scrape(m, 0.0))
+    engine = _DecodeEngine()
     first = build_view(window)
     assert first.span_s is None and first.verdict is None
     assert [(p.pool, p.ready_replicas) for p in first.pools] == [("prefill", 2), ("decode", 1)]
     for _ in range(8):
         m.requests.labels("chat", "remote_prefill", "200").inc()
         m.ttft.labels("0-256", "remote_prefill").observe(0.2)
-        m.kv_transfer_seconds.observe(0.01)
-        m.kv_transfer_bytes.observe(1_000_000)
+        engine.transfer(0.01, 1_000_000)
         m.kv_transfers.inc()
+    engine.reported_to(m)
     for _ in range(2):
         m.requests.labels("completions", "local_prefill", "200").inc()
         m.ttft.labels("1k-4k", "local_prefill").observe(3.0)
@@ -271,8 +292,9 @@ def test_render_shows_warning_and_rows() -> None:
     window = ScrapeWindow(30)
     m = RouterMetrics()
     window.add(_scrape(m, 0.0))
-    m.kv_transfer_seconds.observe(1.0)
-    m.kv_transfer_bytes.observe(1 << 20)
+    engine = _DecodeEngine()
+    engine.transfer(1.0, 1 << 20)
+    engine.reported_to(m)
     m.fallbacks.labels("prefill", "timeout", "local").inc(3)
     window.add(_scrape(m, 2.0))
     console = Console(record=True, width=120)

@@ -1,13 +1,12 @@
 """The elastic prefill pool on the real stack (Ray Serve's controller running pdserve's policy,
 vLLM, NIXL): under a load of long prompts the pool's queued prefill work passes its target
 and a second replica starts and serves; once the load ends the pool drains back to one
-replica; no request fails on the way up or down, and the policy's gauges reach Ray's metrics
-export."""
+replica; no request fails on the way up or down, and the router shows both scale events with
+the policy's reasons (/v1/pdserve/replicas, which `pdserve top` reads, and /metrics)."""
 
 from __future__ import annotations
 
 import itertools
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,6 @@ from typing import Any
 
 import httpx
 
-from tests.integration.autoscale.conftest import RAY_METRICS_PORT_AUTOSCALE
 from tests.integration.conftest import Cluster
 from tests.integration.texts import text_of_words
 
@@ -28,12 +26,10 @@ def _prefill_replicas(http: httpx.Client) -> list[dict[str, Any]]:
     return pool
 
 
-def _ray_gauge(name: str, pool: str) -> float | None:
-    """The latest value of a pdserve gauge in Ray's metrics export (None until exported)."""
-    text = httpx.get(f"http://127.0.0.1:{RAY_METRICS_PORT_AUTOSCALE}/metrics", timeout=10).text
-    pattern = rf'^(?:ray_)?{name}\{{[^}}]*pool="{pool}"[^}}]*\}} ([0-9.e+-]+)$'
-    values = [float(m.group(1)) for m in re.finditer(pattern, text, re.MULTILINE)]
-    return values[-1] if values else None
+def _scaling(http: httpx.Client) -> dict[str, Any]:
+    """The prefill pool's autoscaler state as the router shows it (what `pdserve top` reads)."""
+    doc: dict[str, Any] = http.get("/v1/pdserve/replicas").json()["scaling"]["prefill"]
+    return doc
 
 
 class _Load:
@@ -79,7 +75,7 @@ def test_the_prefill_pool_scales_up_under_load_and_drains_back_down(elastic: Clu
             # The new replica takes work: placement sends prompts to both.
             before = {r["replica_id"]: r for r in _prefill_replicas(http)}
             time.sleep(10)
-            target = _ray_gauge("pdserve_pool_target_replicas", "prefill")
+            target = elastic.metric("pdserve_pool_target_replicas", {"pool": "prefill"})
         finally:
             load.stop()
         served = [r for r in _prefill_replicas(http) if r["replica_id"] not in first]
@@ -99,6 +95,15 @@ def test_the_prefill_pool_scales_up_under_load_and_drains_back_down(elastic: Clu
             time.sleep(1)
         assert trickle and set(trickle) == {200}, trickle
         left = _prefill_replicas(http)
+        time.sleep(3)  # the policy republishes within a second; the router rereads each second
+        scaling = _scaling(http)
     assert len(left) == 1 and left[0]["healthy"], left
-    signal = _ray_gauge("pdserve_pool_scaling_signal", "prefill")
-    assert signal is not None and signal < 0.5, signal  # back under the target
+    assert scaling["signal"] < 0.5 and scaling["signal_target"] == 0.5, scaling  # back under
+    # Both scale events, with the policy's reasons, in the router's view and its counters.
+    moves = [(e["from_replicas"], e["to_replicas"]) for e in scaling["events"]]
+    assert moves == [(1, 2), (2, 1)], scaling["events"]
+    assert "queued prefill" in scaling["events"][0]["reason"], scaling["events"]
+    assert "with one fewer" in scaling["events"][1]["reason"], scaling["events"]
+    for direction in ("up", "down"):
+        labels = {"pool": "prefill", "direction": direction}
+        assert elastic.metric("pdserve_pool_scale_events_total", labels) == 1, direction

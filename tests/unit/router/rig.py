@@ -42,9 +42,7 @@ class Rig:
         self.dispatcher = dispatcher
         self.placer = the_placer
         self.metrics = RouterMetrics()
-        self.observer = RouterObserver(
-            self.metrics, the_placer, kv_bytes_per_token=100, clock=StepClock()
-        )
+        self.observer = RouterObserver(self.metrics, the_placer, clock=StepClock())
         config = RouterConfig.model_validate(
             {
                 "stream_batch_interval_ms": 50,

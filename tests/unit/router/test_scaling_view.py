@@ -39,7 +39,7 @@ def test_documents_are_read_once_per_interval_and_only_for_elastic_pools() -> No
 
 def test_scaling_metrics_follow_the_documents_and_count_each_event_once() -> None:
     metrics = RouterMetrics()
-    observer = RouterObserver(metrics, None, kv_bytes_per_token=1)
+    observer = RouterObserver(metrics, None)
     up = ScaleEvent(unix_s=10.0, from_replicas=1, to_replicas=2, reason="busy")
     down = ScaleEvent(unix_s=50.0, from_replicas=2, to_replicas=1, reason="idle")
     observer.update_scaling({"prefill": _doc(2, (up,))})

@@ -1,7 +1,7 @@
 """KV cache bytes per token of a model, from its Hugging Face config (pure).
 
-bytes/token = 2 (K and V) × layers × KV heads × head dim × bytes per element. Used to report
-the bytes a prefill→decode handoff moves (blocks read × block size × bytes/token).
+bytes/token = 2 (K and V) × layers × KV heads × head dim × bytes per element. The tests use it
+to check the bytes NIXL reports for a handoff (blocks read × block size × bytes/token).
 """
 
 from __future__ import annotations

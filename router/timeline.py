@@ -27,10 +27,12 @@ STAGES = (
 """In path order. router_queue: arrival → prefill dispatched (validation, tokenization,
 placement). prefill_queue / prefill: waiting in, and computing on, the prefill engine.
 prefill_hops: the rest of the prefill round trip (Ray Serve hops, serialization).
-kv_transfer: the decode engine waiting for the prompt's KV to arrive over NIXL (for a local
-prefill: waiting in the decode engine's queue). decode_first_token: decode admission to first
-token (for a local prefill: includes the local prefill). decode_hops: the rest of the window
-from prefill result to first token at the router. decode: first token → last token."""
+kv_transfer: the decode engine's wait from accepting the request to scheduling it: the KV pull
+over NIXL plus any wait for a decode slot (pdserve_kv_wait_seconds; NIXL's own transfer time is
+pdserve_kv_transfer_seconds). For a local prefill: waiting in the decode engine's queue.
+decode_first_token: decode admission to first token (for a local prefill: includes the local
+prefill). decode_hops: the rest of the window from prefill result to first token at the
+router. decode: first token → last token."""
 
 
 @dataclass

@@ -50,7 +50,6 @@ def engine_environment(
     }
     env.update(kv.ucx_env)
     if config.platform == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, pool.engine.cpu_kv_cache_bytes >> 30))
         # See pdserve.kv_transfer.vllm_plugin for why these two exist.
         env["PDSERVE_NIXL_PROGRESS_THREAD"] = "1" if kv.progress_thread else "0"
         if pool.cpu_cores is not None:

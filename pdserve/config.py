@@ -78,7 +78,9 @@ class EngineConfig(StrictModel):
         default=None, gt=0, description="KV block size; None lets the platform choose."
     )
     cpu_kv_cache_bytes: int = Field(
-        default=1 << 30, gt=0, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."
+        default=1 << 30,
+        gt=0,
+        description="KV cache size on CPU in bytes (vLLM's kv_cache_memory_bytes).",
     )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Fraction of GPU memory vLLM may use."

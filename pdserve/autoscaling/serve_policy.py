@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pdserve.autoscaling import store
@@ -75,6 +76,10 @@ class PoolPolicy:
         controller's update of every application, so a failure holds the current target."""
         try:
             decision = self.decide(ctx.aggregated_metrics or {}, ctx.current_num_replicas)
+            if decision.direction == "hold":
+                # Hold what Serve aims for, not the running count: while a new replica starts
+                # (target > running) a vote for the running count would be a vote to cancel it.
+                decision = replace(decision, replicas=ctx.target_num_replicas)
         except Exception:
             log.exception("pdserve %s autoscaling policy failed; holding", self.pool)
             return ctx.target_num_replicas, {}

@@ -52,5 +52,7 @@ def engine_args(
         args["block_size"] = eng.block_size_tokens
     if config.platform == "cuda":
         args["gpu_memory_utilization"] = eng.gpu_memory_utilization
+    else:
+        args["kv_cache_memory_bytes"] = eng.cpu_kv_cache_bytes
     args.update(eng.extra_engine_args)
     return args

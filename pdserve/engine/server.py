@@ -65,6 +65,9 @@ def _prepare_process(
     host = side_channel_host(config, address)
     port = pick_free_port(config.kv_transfer.side_channel_base_port + offset, host)
     os.environ.update(engine_environment(config, role, port, address))
+    # The KV cache size is the engine argument kv_cache_memory_bytes (exact bytes); an inherited
+    # VLLM_CPU_KVCACHE_SPACE (whole GiB, vLLM's legacy knob) would override it.
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
     # Tells `pdserve down` which cluster these engine processes belong to.
     os.environ["PDSERVE_GCS_ADDRESS"] = _gcs_address()
     pool = config.pool(role)

@@ -98,3 +98,16 @@ def test_side_channel_host_is_the_node_address_unless_overridden() -> None:
     assert side_channel_host(PdserveConfig(), "10.0.0.7") == "10.0.0.7"
     fixed = PdserveConfig.model_validate({"kv_transfer": {"side_channel_host": "192.168.5.5"}})
     assert side_channel_host(fixed, "10.0.0.7") == "192.168.5.5"
+
+
+def test_the_cpu_kv_cache_is_sized_in_exact_bytes() -> None:
+    """cpu_kv_cache_bytes reaches vLLM as kv_cache_memory_bytes, not rounded to whole GiB (the
+    engine server also drops an inherited VLLM_CPU_KVCACHE_SPACE, vLLM's legacy GiB knob)."""
+    cfg = PdserveConfig.model_validate({"decode": {"engine": {"cpu_kv_cache_bytes": 48 << 20}}})
+    assert engine_args(cfg, "decode", "/m")["kv_cache_memory_bytes"] == 48 << 20
+    assert engine_args(cfg, "prefill", "/m")["kv_cache_memory_bytes"] == 1 << 30
+    assert "VLLM_CPU_KVCACHE_SPACE" not in engine_environment(cfg, "decode", 1, "127.0.0.1")
+    gpu = PdserveConfig.model_validate(
+        {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
+    )
+    assert "kv_cache_memory_bytes" not in engine_args(gpu, "decode", "/m")

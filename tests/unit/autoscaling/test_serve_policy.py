@@ -134,3 +134,11 @@ def test_a_failing_store_never_stops_scaling() -> None:
 
     policy._publish = broken
     assert policy(_ctx({QUEUED_PREFILL_S: {"r1": 2.5}}, current=1, target=1))[0] == 3
+
+
+def test_holding_keeps_serves_target_while_a_new_replica_starts() -> None:
+    """Serve aims for 2, one runs (the second is starting); the load per running replica is in
+    the hold band: the policy must vote 2, not 1, or Serve would cancel the scale-up."""
+    policy = PoolPolicy("decode", target_kv_usage=0.4, target_itl_seconds=0.2)
+    n, state = policy(_ctx({KV_USAGE: {"r1": 0.34}, ITL_S: {"r1": 0.02}}, current=1, target=2))
+    assert (n, state["pdserve_direction"]) == (2, "hold")

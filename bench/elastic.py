@@ -175,7 +175,10 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the report here")
     args = ap.parse_args()
     report = asyncio.run(_main(args))
-    Console().print(render(report))
+    console = Console()
+    if not console.is_terminal:  # a log file or pipe: wide enough for every column
+        console = Console(width=120)
+    console.print(render(report))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

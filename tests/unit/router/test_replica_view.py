@@ -56,3 +56,29 @@ def test_a_pool_that_lost_every_replica_is_a_503_not_a_wait() -> None:
     with pytest.raises(NoReplicaError) as err:
         placer.place("r2", list(range(100)), 0, None)
     assert err.value.pool == "decode"
+
+
+def test_a_replica_removed_by_a_scale_down_gets_no_new_work_and_its_blocks_are_forgotten() -> None:
+    """Ray Serve takes a replica it scales down out of the routing set at once (it then drains
+    what it holds): the router's view drops it, placement never picks it again, even for a
+    prompt whose blocks it held, and the prefix index forgets those blocks."""
+    decode = FixedSource(["d0", "d1"])
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", FixedSource(["p0"]))
+    view.attach("decode", decode)
+    placer = Placer(
+        PolicyConfig(block_size_tokens=BLOCK_TOKENS, local_prefill_max_cold_tokens=64),
+        view,
+        policy="pdserve",
+    )
+    prompt = list(range(BLOCK_TOKENS * 4))
+    first = placer.place("r1", prompt, 0, None)
+    assert first is not None
+    held_by = first.decode_replica_id
+    assert view.index.num_tracked_blocks(held_by) > 0
+    decode.replicas()[:] = [r for r in decode.replicas() if r[0] != held_by]  # scaled down
+    view.refresh()
+    assert view.index.num_tracked_blocks(held_by) == 0
+    for i in range(5):
+        again = placer.place(f"r{i + 2}", prompt, 0, None)
+        assert again is not None and again.decode_replica_id != held_by

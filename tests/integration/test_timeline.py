@@ -30,7 +30,7 @@ def test_timeline_stages_add_up_and_kv_bytes_match(cluster: Cluster) -> None:
     with httpx.Client(base_url=cluster.url, timeout=60) as http:
         # Warm the connection so the measurement is the request, not the TCP handshake.
         http.post("/v1/completions", json={**body, "prompt": "warm up", "max_tokens": 1})
-        before = _nixl(cluster)
+        before = _settled_nixl(cluster)
         t0 = time.monotonic()
         resp = http.post("/v1/completions", json=body, headers={"x-request-id": "tl-1"})
         e2e = time.monotonic() - t0
@@ -49,8 +49,9 @@ def test_timeline_stages_add_up_and_kv_bytes_match(cluster: Cluster) -> None:
     expected = math.ceil(num_prompt / CPU_BLOCK_TOKENS) * CPU_BLOCK_TOKENS * per_token
     # The engine's connector reports at its next step; the router folds it in at a scrape.
     deadline = time.monotonic() + 15
-    while (after := _nixl(cluster))[0] == before[0] and time.monotonic() < deadline:
+    while _nixl(cluster)[0] == before[0] and time.monotonic() < deadline:
         time.sleep(0.5)
+    after = _settled_nixl(cluster)
     transfers, moved, nixl_s = (a - b for a, b in zip(after, before, strict=True))
     assert transfers == 1, (before, after)
     assert moved == expected, (moved, expected)
@@ -65,6 +66,19 @@ def _nixl(cluster: Cluster) -> tuple[float, float, float]:
         cluster.metric("pdserve_kv_transfer_bytes_sum", decode),
         cluster.metric("pdserve_kv_transfer_seconds_sum", decode),
     )
+
+
+def _settled_nixl(cluster: Cluster) -> tuple[float, float, float]:
+    """`_nixl` once it stops changing: an engine reports a transfer's stats at its next step,
+    so an earlier test's transfer can still arrive after its request ended."""
+    last = _nixl(cluster)
+    for _ in range(10):
+        time.sleep(1.5)
+        now = _nixl(cluster)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def test_streaming_timing_header_carries_the_ttft_breakdown(cluster: Cluster) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import pathlib
 import socket
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -117,20 +119,26 @@ def test_a_head_and_a_worker_name_their_address_and_the_worker_joins_the_head() 
     assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and env["RAY_worker_niceness"] == "0"
 
 
-def _own_ipv4_addresses() -> list[str]:
-    return [
+def test_without_node_ip_a_worker_advertises_the_address_that_routes_to_its_head() -> None:
+    """Ray's own detection (no --node-ip): the source address of the route toward the head. Run
+    in a fresh interpreter: once a process has joined a Ray cluster, Ray answers its node's
+    address whatever the head."""
+    own = [
         a.address
         for addrs in psutil.net_if_addrs().values()
         for a in addrs
         if a.family == socket.AF_INET and not a.address.startswith("127.")
-    ]
-
-
-def test_without_node_ip_a_worker_advertises_the_address_that_routes_to_its_head() -> None:
-    """Ray's own detection (no --node-ip): the source address of the route toward the head."""
-    worker = NodeSpec(kind="worker", pools=("decode",))
-    assert detect_address(worker, "127.0.0.1:6390") == "127.0.0.1"
-    for own in _own_ipv4_addresses()[:1]:  # a machine with only loopback has none to try
-        assert detect_address(worker, f"{own}:6390") == own
+    ][:1]  # a machine with only loopback has none to try
+    heads = ["127.0.0.1", *own]
+    code = (
+        "import sys; from pdserve.node import NodeSpec; from pdserve.ray_node import "
+        "detect_address; w = NodeSpec(kind='worker', pools=('decode',)); "
+        "print(' '.join(detect_address(w, h + ':6390') for h in sys.argv[1:]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *heads], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == heads
     assert detect_address(NodeSpec(kind="single"), None) == "127.0.0.1"
     assert detect_address(NodeSpec(kind="head", address="10.9.8.7"), None) == "10.9.8.7"

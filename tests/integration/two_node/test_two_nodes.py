@@ -34,10 +34,12 @@ def _process_netns_inode(pid: int) -> int:
 
 
 def _engine_namespaces(
-    expected: dict[PoolName, int], timeout_s: float = 60.0
+    expected: dict[PoolName, int], timeout_s: float = 240.0
 ) -> dict[str, list[int]]:
     """The network namespace of each engine-core process, by pool, once as many are listed as
-    `expected` (a just-started engine can take a moment to show under its process name)."""
+    `expected` (a just-started engine can take a moment to show under its process name; on
+    the busy CI machine one decode engine was not listed within 60 s, so the wait also covers
+    an engine replaced after a slow start, which took up to 199 s there)."""
     deadline = time.monotonic() + timeout_s
     while True:
         where: dict[str, list[int]] = {}

@@ -126,6 +126,14 @@ def stop_ray(scope: Scope, log: Callable[[str], None], grace_s: float = 10.0) ->
     """SIGTERM the scope's Ray processes, SIGKILL what is left after `grace_s`; Ray's worker
     processes exit with their raylet."""
     procs = own_ray_processes(scope)
+    terminate_then_kill(procs, grace_s)
+    where = f", node {scope.node_address}" if scope.node_address else ""
+    log(f"stopped {len(procs)} Ray processes of this cluster (port {scope.ray_port}{where})")
+
+
+def terminate_then_kill(procs: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM `procs`, then SIGKILL those still running after `grace_s` (a zombie counts as
+    gone; psutil refuses to signal a pid that a new process reused)."""
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
@@ -135,8 +143,6 @@ def stop_ray(scope: Scope, log: Callable[[str], None], grace_s: float = 10.0) ->
     for proc in filter(_alive, procs):
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    where = f", node {scope.node_address}" if scope.node_address else ""
-    log(f"stopped {len(procs)} Ray processes of this cluster (port {scope.ray_port}{where})")
 
 
 def kill_orphan_engines(scope: Scope, log: Callable[[str], None]) -> None:

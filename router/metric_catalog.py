@@ -171,7 +171,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec(
         "pdserve_pool_wanted_replicas",
         "gauge",
-        "Replicas the pool's policy wants now, before Ray Serve's delays and bounds.",
+        "Replicas the pool's policy asks Ray Serve for now (while holding: Serve's target), "
+        "before Serve's delays and bounds.",
         ("pool",),
     ),
     MetricSpec(

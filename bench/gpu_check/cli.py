@@ -268,18 +268,14 @@ def kill_tree(
     engine core process would outlive its API server otherwise)."""
     import psutil
 
+    from pdserve.cluster_procs import terminate_then_kill
+
     try:
         root = psutil.Process(pid)
         procs = [*root.children(recursive=True), root]
     except psutil.NoSuchProcess:
         return
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
+    terminate_then_kill(procs, grace_s)
 
 
 @app.command()

@@ -24,6 +24,7 @@ import psutil
 
 from pdserve.bench.peers.procs import ProcRecord, Scope
 from pdserve.bench.peers.sampler import PROC, list_pids, scope_records
+from pdserve.cluster_procs import terminate_then_kill
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
 from pdserve.kv_transfer.connector_config import engine_environment
@@ -193,8 +194,10 @@ def kill_scope(scope: Scope, log: Log, grace_s: float = 15.0) -> int:
     if not records:
         return 0
     shm = _shm_paths_of([r.pid for r in records])
-    _stop(_processes(records), grace_s)
-    _stop(_processes(list(scope_records(scope).values())), 1.0)  # children started meanwhile
+    terminate_then_kill(_processes(records), grace_s)
+    terminate_then_kill(
+        _processes(list(scope_records(scope).values())), 1.0
+    )  # children started meanwhile
     still_used = _shm_paths_of(list_pids())
     removed = 0
     for path in shm - still_used:
@@ -213,17 +216,6 @@ def _processes(records: list[ProcRecord]) -> list[psutil.Process]:
         with contextlib.suppress(psutil.Error):
             procs.append(psutil.Process(rec.pid))
     return procs
-
-
-def _stop(procs: list[psutil.Process], grace_s: float) -> None:
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=1.0)
 
 
 SetupName = Literal["ray_serve_llm", "plain_vllm", "pdserve", "pdserve_proxy"]

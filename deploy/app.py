@@ -1,4 +1,5 @@
-"""The Ray Serve application: Router (ingress) → PrefillServer, DecodeServer.
+"""The Ray Serve application: Router (ingress) → PrefillServer, DecodeServer (aggregated
+mode: Router → DecodeServer only).
 
 `build_app(args)` is the application builder that `pdserve up`, `serve run` and the Helm
 chart's serveConfigV2 all use: `import_path: pdserve.deploy.app:build_app`, with the pdserve
@@ -90,9 +91,6 @@ def build_from_config(config: PdserveConfig) -> Application:
     period = config.router.routing_stats_period_seconds
     busy_wait = config.router.deadlines.busy_replica_wait_seconds
     logging = _logging(config)
-    prefill = serve.deployment(PrefillServer, name="PrefillServer").options(
-        **_pool_options(config.prefill, "prefill", period, busy_wait), logging_config=logging
-    )
     decode = serve.deployment(DecodeServer, name="DecodeServer").options(
         **_pool_options(config.decode, "decode", period, busy_wait), logging_config=logging
     )
@@ -106,6 +104,11 @@ def build_from_config(config: PdserveConfig) -> Application:
         },
         max_ongoing_requests=1024,
         logging_config=logging,
+    )
+    if config.aggregated:  # no prefill pool: the decode engines prefill every prompt
+        return router.bind(raw, None, decode.bind(raw))
+    prefill = serve.deployment(PrefillServer, name="PrefillServer").options(
+        **_pool_options(config.prefill, "prefill", period, busy_wait), logging_config=logging
     )
     return router.bind(raw, prefill.bind(raw), decode.bind(raw))
 

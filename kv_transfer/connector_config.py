@@ -14,8 +14,11 @@ from pdserve.router.policy.types import PoolName
 _KV_ROLE: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 
-def kv_transfer_config(config: PdserveConfig, role: PoolName) -> dict[str, Any]:
-    """The `kv_transfer_config` engine arg for a prefill or decode engine."""
+def kv_transfer_config(config: PdserveConfig, role: PoolName) -> dict[str, Any] | None:
+    """The `kv_transfer_config` engine arg for a prefill or decode engine; None (no KV
+    connector) in an aggregated deployment, where every engine prefills its own prompts."""
+    if config.aggregated:
+        return None
     kv = config.kv_transfer
     return {
         "kv_connector": kv.connector,
@@ -28,9 +31,16 @@ def kv_transfer_config(config: PdserveConfig, role: PoolName) -> dict[str, Any]:
 
 
 def engine_environment(
-    config: PdserveConfig, role: PoolName, side_channel_port: int, node_address: str
+    config: PdserveConfig,
+    role: PoolName,
+    side_channel_port: int,
+    node_address: str,
+    local_rank: int = 0,
 ) -> dict[str, str]:
     """Environment variables one replica sets before starting its engine.
+
+    `local_rank`: the replica's rank among its pool's replicas on this node; it picks the
+    replica's entry of `cpu_cores_per_replica`.
 
     `side_channel_port` must be unique per replica on a node (see `ports.pick_free_port`);
     `node_address` is the address remote peers reach this node on (pdserve.node.
@@ -52,8 +62,11 @@ def engine_environment(
     if config.platform == "cpu":
         # See pdserve.kv_transfer.vllm_plugin for why these two exist.
         env["PDSERVE_NIXL_PROGRESS_THREAD"] = "1" if kv.progress_thread else "0"
-        if pool.cpu_cores is not None:
-            cores = ",".join(str(c) for c in pool.cpu_cores)
+        core_list = pool.cpu_cores
+        if pool.cpu_cores_per_replica is not None:
+            core_list = pool.cpu_cores_per_replica[local_rank % len(pool.cpu_cores_per_replica)]
+        if core_list is not None:
+            cores = ",".join(str(c) for c in core_list)
             env["VLLM_CPU_OMP_THREADS_BIND"] = cores
             env["PDSERVE_NIXL_KV_CORES"] = cores
     return env

@@ -195,7 +195,7 @@ def up(
                 lc.deploy(cfg, gcs, lambda r: live.update(render(r)), timeout_s)
         else:  # a log, not a screen: one line per change, so a stuck start shows where
             lc.deploy(cfg, gcs, _ProgressLines(console.print, t0), timeout_s)
-        with console.status("waiting for the router to see both pools (GET /ready)"):
+        with console.status("waiting for the router to see every pool (GET /ready)"):
             lc.wait_router_ready(url, max(10.0, timeout_s - (time.monotonic() - t0)))
     except (lc.ClusterError, KeyboardInterrupt) as exc:
         console.print(f"[red]start-up failed:[/red] {exc}")

@@ -143,6 +143,14 @@ class PoolConfig(StrictModel):
             "Keep prefill and decode apart on small machines."
         ),
     )
+    cpu_cores_per_replica: list[list[int]] | None = Field(
+        default=None,
+        description=(
+            "CPU only, instead of cpu_cores: one core list per replica; the replica of "
+            "node-local rank k (Ray Serve's replica rank) runs on entry k modulo the list's "
+            "length. E.g. [[0], [1]] gives two replicas a core each."
+        ),
+    )
     max_ongoing_requests: int = Field(
         default=256, gt=0, description="Ray Serve cap on in-flight requests per replica."
     )
@@ -234,9 +242,22 @@ class KVTransferConfig(StrictModel):
     )
 
 
+DeploymentMode = Literal["disaggregated", "aggregated"]
+
+
 class PdserveConfig(StrictModel):
     """A whole deployment."""
 
+    mode: DeploymentMode = Field(
+        default="disaggregated",
+        description=(
+            "'disaggregated': a prefill pool computes prompts and ships their KV over NIXL to "
+            "the decode pool. 'aggregated': no prefill pool and no KV connector; the decode "
+            "pool's engines prefill and decode every request themselves (the baseline that "
+            "shows what disaggregation buys), behind the same router, policy, metrics and API. "
+            "Omit the `prefill` block in this mode (a non-default one is an error)."
+        ),
+    )
     platform: Literal["cpu", "cuda"] = Field(default="cpu", description="Engine build in use.")
     app_name: str = Field(default="pdserve", description="Ray Serve application name.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Served model.")
@@ -249,6 +270,11 @@ class PdserveConfig(StrictModel):
 
     @model_validator(mode="after")
     def _cross_field(self) -> Self:
+        if self.mode == "aggregated" and self.prefill != PoolConfig():
+            raise ValueError(
+                "mode 'aggregated' has no prefill pool: remove the `prefill` block (the decode "
+                "pool's engines prefill and decode; size it with decode.num_replicas)"
+            )
         wait = self.router.deadlines.busy_replica_wait_seconds
         if wait >= self.kv_transfer.abort_request_timeout_seconds:
             raise ValueError(
@@ -261,6 +287,10 @@ class PdserveConfig(StrictModel):
             raise ValueError("kv_transfer.buffer_device 'cuda' needs platform 'cuda'")
         for role in POOLS:
             pool = self.pool(role)
+            if pool.cpu_cores is not None and pool.cpu_cores_per_replica is not None:
+                raise ValueError(f"{role}: set cpu_cores or cpu_cores_per_replica, not both")
+            if pool.cpu_cores_per_replica is not None and not all(pool.cpu_cores_per_replica):
+                raise ValueError(f"{role}.cpu_cores_per_replica: every entry needs a core")
             if pool.autoscaling is not None:
                 pool.autoscaling.check_pool(role)
             tp = pool.engine.tensor_parallel_size
@@ -281,6 +311,16 @@ class PdserveConfig(StrictModel):
                     "when chunked prefill is off"
                 )
         return self
+
+    @property
+    def pools(self) -> tuple[PoolName, ...]:
+        """The pools this deployment runs: both, or only decode in aggregated mode."""
+        return ("decode",) if self.mode == "aggregated" else POOLS
+
+    @property
+    def aggregated(self) -> bool:
+        """No prefill pool: the decode engines prefill every prompt themselves."""
+        return self.mode == "aggregated"
 
     def pool(self, role: PoolName) -> PoolConfig:
         """The config of the pool that `role` names."""

@@ -98,7 +98,7 @@ def unplaceable_pools(config: PdserveConfig, advertised: Mapping[str, float]) ->
     (`advertised`: Ray's cluster resources): a custom resource, or GPUs. Such replicas would
     wait for placement until `up` times out. Empty when every pool can place."""
     problems = []
-    for name in POOLS:
+    for name in config.pools:
         pool = config.pool(name)
         wanted = dict(pool.ray_resources)
         if pool.num_gpus > 0:

@@ -26,7 +26,7 @@ from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.types import POOLS, PoolName
+from pdserve.router.policy.types import PoolName
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.replica_view import ReplicaSource, ReplicaView
@@ -39,27 +39,35 @@ from pdserve.serve_logs import log_to_serve
 class Router:
     """Ingress replica: owns the tokenizer, metrics, the replica view and the dispatcher."""
 
-    def __init__(self, config: dict[str, Any], prefill: Any, decode: Any):
+    def __init__(self, config: dict[str, Any], prefill: Any | None, decode: Any):
+        """`prefill` None: an aggregated deployment (no prefill pool)."""
         log_to_serve()
         # This process serves only the router: drop the *_created series from /metrics.
         prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self._config = PdserveConfig.model_validate(config)
         router = self._config.router
         dispatcher = RayServeDispatcher(prefill, decode)
-        uses_events = self._config.prefill.engine.kv_events and self._config.decode.engine.kv_events
+        pools = self._config.pools
+        uses_events = all(self._config.pool(p).engine.kv_events for p in pools)
         mode = router.prefix_index
         if mode == "auto":
             mode = "events" if uses_events else "approximate"
-        self._view = ReplicaView(PrefixIndex(mode=mode))
+        self._view = ReplicaView(PrefixIndex(mode=mode), pools=pools)
         placer = Placer(
-            router.routing, self._view, policy=router.policy, admission=router.admission
+            router.routing,
+            self._view,
+            policy=router.policy,
+            admission=router.admission,
+            aggregated=self._config.aggregated,
         )
         self._tracer = (
             RequestTracer(router.otlp_traces_endpoint) if router.otlp_traces_endpoint else None
         )
         renderer = PromptRenderer(resolve_model(self._config.model))
         self._preparer = RequestPreparer(self._config, renderer)
-        self._orchestrator = Orchestrator(router, dispatcher, placer)
+        self._orchestrator = Orchestrator(
+            router, dispatcher, placer, aggregated=self._config.aggregated
+        )
         self._observer = RouterObserver(
             RouterMetrics(),
             placer,
@@ -67,7 +75,7 @@ class Router:
         )
         elastic = tuple(
             pool
-            for pool in POOLS
+            for pool in pools
             if (a := self._config.pool(pool).autoscaling) is not None and a.policy == "slo"
         )
         scaling = ScalingView(self._config.app_name, elastic, scaling_store.read)

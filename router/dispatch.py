@@ -42,19 +42,23 @@ class Dispatcher(Protocol):
         ...
 
     async def pools_ready(self, timeout_seconds: float) -> dict[str, bool]:
-        """Whether each pool ('prefill', 'decode') has a replica that answers now."""
+        """Whether each pool the deployment runs ('prefill' and 'decode', or only 'decode'
+        when aggregated) has a replica that answers now."""
         ...
 
 
 class RayServeDispatcher:
-    """Dispatch over Ray Serve handles to the PrefillServer and DecodeServer deployments."""
+    """Dispatch over Ray Serve handles to the PrefillServer and DecodeServer deployments.
+    `prefill_handle` None: an aggregated deployment (no prefill pool)."""
 
-    def __init__(self, prefill_handle: Any, decode_handle: Any):
+    def __init__(self, prefill_handle: Any | None, decode_handle: Any):
         self._prefill = prefill_handle
         self._decode = decode_handle.options(stream=True)
         self._decode_unary = decode_handle
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
+        if self._prefill is None:
+            raise RuntimeError("this deployment is aggregated: it has no prefill pool")
         response = self._prefill.prefill.remote(request)
         try:
             result: PrefillResult = await response
@@ -86,5 +90,7 @@ class RayServeDispatcher:
             except Exception:  # no replica answered in time, or it is failing
                 return False
 
+        if self._prefill is None:
+            return {"decode": await ping(self._decode_unary)}
         prefill, decode = await asyncio.gather(ping(self._prefill), ping(self._decode_unary))
         return {"prefill": prefill, "decode": decode}

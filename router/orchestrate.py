@@ -127,9 +127,13 @@ class Orchestrator:
         dispatcher: Dispatcher,
         placer: Placer | None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        aggregated: bool = False,
     ):
         """`clock` is the router's monotonic clock (the one request arrivals are stamped
-        with); deadlines count from arrival on it."""
+        with); deadlines count from arrival on it. `aggregated`: there is no prefill pool,
+        so every request prefills on its decode replica (also before the placer is ready)."""
+        self._aggregated = aggregated
         self._dispatcher = dispatcher
         self._placer = placer
         self._stream_batch_interval_s = router.stream_batch_interval_ms / 1000.0
@@ -149,7 +153,7 @@ class Orchestrator:
         obs.placed(decision)
         interval = self._stream_batch_interval_s
         num_prompt = len(prepared.prompt_token_ids)
-        if decision is not None and decision.prefill_is_local:
+        if self._aggregated or (decision is not None and decision.prefill_is_local):
             obs.dispatched(num_prompt, local_prefill=True)
             request = decode_request(prepared, decision, None, interval)
             chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)

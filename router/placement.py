@@ -39,10 +39,13 @@ class Placer:
         *,
         policy: PolicyName,
         admission: AdmissionConfig | None = None,
+        aggregated: bool = False,
     ):
-        """`admission` None: no prefill-backlog or decode-stream bounds."""
+        """`admission` None: no prefill-backlog or decode-stream bounds. `aggregated`: the
+        deployment has no prefill pool (every prompt prefills on its decode replica)."""
         self._policy_config = policy_config
-        self._policy = RoutingPolicy(policy_config, policy=policy)
+        self._aggregated = aggregated
+        self._policy = RoutingPolicy(policy_config, policy=policy, aggregated=aggregated)
         self._view = view
         self._work = OutstandingWork()
         self._clock = clock
@@ -82,6 +85,7 @@ class Placer:
             self._policy = RoutingPolicy(
                 self._policy_config.model_copy(update={"block_size_tokens": block_size}),
                 policy=self._policy.policy,
+                aggregated=self._aggregated,
             )
         summary = RequestSummary(
             request_id=request_id,

@@ -25,8 +25,15 @@ class ReplicaSource(Protocol):
 class ReplicaView:
     """Snapshots and prefix index for both pools. Not thread-safe; used on the router's loop."""
 
-    def __init__(self, index: PrefixIndex, refresh_interval_s: float = 0.05):
+    def __init__(
+        self,
+        index: PrefixIndex,
+        refresh_interval_s: float = 0.05,
+        pools: tuple[PoolName, ...] = POOLS,
+    ):
+        """`pools`: the pools the deployment runs (only decode when it is aggregated)."""
         self.index = index
+        self.pools = pools
         self._last_stats: dict[str, dict[str, Any]] = {}  # replica id -> its last report
         self._sources: dict[PoolName, ReplicaSource] = {}
         self._snapshots: dict[PoolName, list[ReplicaSnapshot]] = {"prefill": [], "decode": []}
@@ -41,21 +48,20 @@ class ReplicaView:
 
     @property
     def attached(self) -> bool:
-        """Both pools' request routers have attached."""
-        return len(self._sources) == 2
+        """Every pool's request router has attached."""
+        return all(pool in self._sources for pool in self.pools)
 
     @property
     def ready(self) -> bool:
-        """True once both pools are attached and have replicas with a known block size."""
-        return bool(self._snapshots["prefill"] and self._snapshots["decode"] and self._block_size)
+        """True once every pool is attached and has replicas with a known block size."""
+        return all(self._snapshots[pool] for pool in self.pools) and bool(self._block_size)
 
     def emptied_pool(self) -> PoolName | None:
         """A pool without replicas although the view has been ready before (it knows the
         engines' block size): its replicas died or are being replaced. None otherwise."""
         if not (self.attached and self._block_size):
             return None
-        pools: tuple[PoolName, ...] = POOLS
-        return next((pool for pool in pools if not self._snapshots[pool]), None)
+        return next((pool for pool in self.pools if not self._snapshots[pool]), None)
 
     @property
     def block_size_tokens(self) -> int:

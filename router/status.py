@@ -11,7 +11,6 @@ from typing import Any
 
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import POOLS
 from pdserve.router.scaling import ScalingView
 
 
@@ -48,7 +47,7 @@ class ClusterStatus:
             pools = await self._dispatcher.pools_ready(timeout_seconds=self._ping_timeout_s)
             view.refresh()
         if view.attached:
-            pools = {pool: any(s.healthy for s in view.snapshots(pool)) for pool in POOLS}
+            pools = {pool: any(s.healthy for s in view.snapshots(pool)) for pool in view.pools}
         placement = view.ready
         return all(pools.values()) and placement, {"pools": pools, "placement": placement}
 

@@ -19,10 +19,12 @@ from pdserve.router.policy.types import PoolName
 from pdserve.serve_logs import log_to_serve
 
 
-def _replica_id() -> str:
+def _replica_identity() -> tuple[str, int]:
+    """(this replica's unique id, its rank among the deployment's replicas on this node)."""
     from ray import serve
 
-    return str(serve.get_replica_context().replica_id.unique_id)
+    ctx = serve.get_replica_context()
+    return str(ctx.replica_id.unique_id), int(ctx.rank.local_rank)
 
 
 class PoolReplica:
@@ -33,8 +35,9 @@ class PoolReplica:
     async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]
         log_to_serve()
         self._config = PdserveConfig.model_validate(config)
+        replica_id, local_rank = _replica_identity()
         self._server = EngineServer(
-            self._config, self.role, resolve_model(self._config.model), _replica_id()
+            self._config, self.role, resolve_model(self._config.model), replica_id, local_rank
         )
         await self._server.start()
 

@@ -46,7 +46,7 @@ class EngineUnresponsiveError(RuntimeError):
 
 
 def _prepare_process(
-    config: PdserveConfig, role: PoolName, replica_id: str
+    config: PdserveConfig, role: PoolName, replica_id: str, local_rank: int
 ) -> tuple[int, str | None]:
     """Set this replica's engine environment; return its NIXL side-channel port and its
     KV-event endpoint, `tcp://HOST:PORT` (None when events are off).
@@ -64,7 +64,7 @@ def _prepare_process(
     address = advertised_address("auto", os.environ, _node_ip())
     host = side_channel_host(config, address)
     port = pick_free_port(config.kv_transfer.side_channel_base_port + offset, host)
-    os.environ.update(engine_environment(config, role, port, address))
+    os.environ.update(engine_environment(config, role, port, address, local_rank))
     # The KV cache size is the engine argument kv_cache_memory_bytes (exact bytes); an inherited
     # VLLM_CPU_KVCACHE_SPACE (whole GiB, vLLM's legacy knob) would override it.
     os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
@@ -110,14 +110,23 @@ def engine_times(output: Any) -> EngineTimes | None:
 
 
 class EngineServer:
-    """A vLLM AsyncLLM with NixlConnector for one role.
+    """A vLLM AsyncLLM for one role (with NixlConnector unless the deployment is aggregated).
 
     Call `start()` once (30-60 s on CPU); then the pool's request code uses `engine` (the
     AsyncLLM) concurrently; `shutdown()` once at the end. While it runs, a watchdog pings
     the engine process every PING_PERIOD_S (see `EngineLiveness`).
     """
 
-    def __init__(self, config: PdserveConfig, role: PoolName, model_path: str, replica_id: str):
+    def __init__(
+        self,
+        config: PdserveConfig,
+        role: PoolName,
+        model_path: str,
+        replica_id: str,
+        local_rank: int = 0,
+    ):
+        """`local_rank`: the replica's rank among its pool's replicas on this node (picks its
+        entry of cpu_cores_per_replica)."""
         self._config = config
         self.role: PoolName = role
         self.replica_id = replica_id
@@ -130,7 +139,9 @@ class EngineServer:
         self._liveness = EngineLiveness(pool.unresponsive_after_seconds, time.monotonic)
         self._watchdog: asyncio.Task[None] | None = None
         self._engine_procs: list[psutil.Process] = []
-        self.side_channel_port, self.kv_events_endpoint = _prepare_process(config, role, replica_id)
+        self.side_channel_port, self.kv_events_endpoint = _prepare_process(
+            config, role, replica_id, local_rank
+        )
 
     async def start(self) -> None:
         """Start the engine and wait until it can serve."""

@@ -11,7 +11,8 @@ pdserve's flow: decode pool (filters → scorers → picker) → decider (local 
 prefill) → if remote, prefill pool (filters, then the lane filter when `lanes` is on →
 scorers → picker) → priority (cost bucket + client offset, aged). Decode is chosen first
 because a decode replica that already holds the prompt can skip the prefill pool and the KV
-transfer entirely.
+transfer entirely. In an aggregated deployment (`aggregated=True`: no prefill pool) every
+policy stops after the decode pick: the chosen replica prefills the prompt itself.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ class RoutingPolicy:
     `router.policy`). Owns only the round-robin counters (one per pool). The prefix index and
     outstanding work are passed in, so one router can share them across policies (the
     per-request override). `rng`, if given, breaks score ties randomly instead of by lowest
-    replica id.
+    replica id. `aggregated`: the deployment has no prefill pool; every decision is a local
+    prefill on the decode replica the policy picks (pdserve: decode filters and scorers, so
+    prefix overlap still steers a prompt to where its prefix is cached).
     """
 
     def __init__(
@@ -81,8 +84,10 @@ class RoutingPolicy:
         *,
         policy: PolicyName = "pdserve",
         rng: random.Random | None = None,
+        aggregated: bool = False,
     ):
         self.config = config if config is not None else PolicyConfig()
+        self.aggregated = aggregated
         self.policy: PolicyName = policy
         cfg = self.config
         self._cost = cfg.cost_model
@@ -130,6 +135,8 @@ class RoutingPolicy:
             )
         if name == "pdserve":
             return self._pdserve(request, prefill, decode, index, work, now_s)
+        if self.aggregated:
+            return self._aggregated_baseline(name, request, decode, index, work)
         if name == "round_robin":
             p, d = self._round_robin("prefill", prefill), self._round_robin("decode", decode)
             return self._baseline(
@@ -168,6 +175,13 @@ class RoutingPolicy:
         scores = d_pick.scores
         local = f"local:{d.replica_id}"
         predicted = {local: d.predicted_ttft_s}
+        if self.aggregated:
+            aggregated = (
+                f"aggregated: decode {d.replica_id} prefills "
+                f"{request.num_prompt_tokens - d.num_cached_tokens} uncached tokens, "
+                f"predicted TTFT {d.predicted_ttft_s:.3f} s"
+            )
+            return self._decision(request, None, d, d, work, now_s, aggregated, scores, predicted)
         reason = self._decider.reason(request, d)
         if reason is not None:
             return self._decision(request, None, d, d, work, now_s, reason, scores, predicted)
@@ -309,6 +323,38 @@ class RoutingPolicy:
             policy=name,
             predicted_ttft_s={p.replica_id: p.predicted_ttft_s},
             predicted_wait_s=p.outstanding_prefill_s,
+        )
+
+    def _aggregated_baseline(
+        self,
+        name: PolicyName,
+        request: RequestSummary,
+        decode: Sequence[ReplicaSnapshot],
+        index: PrefixIndex,
+        work: OutstandingWork,
+    ) -> Decision:
+        """round_robin / least_loaded without a prefill pool: the decode pick prefills."""
+        if name == "round_robin":
+            snap = self._round_robin("decode", decode)
+        elif name == "least_loaded":
+            snap = _least_loaded("decode", decode)
+        else:
+            raise ValueError(
+                f"unknown routing policy {name!r}: use pdserve, round_robin, least_loaded"
+            )
+        d = self._candidate("decode", request, snap, index, work)
+        return Decision(
+            prefill_replica_id=None,
+            decode_replica_id=d.replica_id,
+            engine_priority=request.client_priority,
+            est_prefill_s=d.est_prefill_s,
+            num_cached_tokens=d.num_cached_tokens,
+            num_cached_tokens_decode=d.num_cached_tokens,
+            reason=f"{name} (aggregated): decode {d.replica_id} ({_load(snap)} requests)",
+            scores={d.replica_id: {"load": float(_load(snap))}},
+            policy=name,
+            predicted_ttft_s={f"local:{d.replica_id}": d.predicted_ttft_s},
+            predicted_wait_s=d.outstanding_prefill_s,
         )
 
 

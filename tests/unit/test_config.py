@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
@@ -83,3 +84,33 @@ def test_unreadable_and_non_mapping_files(tmp_path: pathlib.Path) -> None:
     broken.write_text("a: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(broken)
+
+
+def test_aggregated_mode_runs_only_the_decode_pool_without_a_kv_connector() -> None:
+    from pdserve.engine.args import engine_args
+
+    cfg = PdserveConfig.model_validate({"mode": "aggregated", "decode": {"num_replicas": 2}})
+    assert cfg.aggregated and cfg.pools == ("decode",)
+    assert engine_args(cfg, "decode", "/m")["kv_transfer_config"] is None
+    # The config travels to every replica as its JSON dump: it must validate again.
+    assert PdserveConfig.model_validate(cfg.model_dump(mode="json")) == cfg
+    assert PdserveConfig().pools == ("prefill", "decode")
+    assert engine_args(PdserveConfig(), "decode", "/m")["kv_transfer_config"]["kv_role"] == (
+        "kv_consumer"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"mode": "aggregated", "prefill": {"num_replicas": 2}}, "remove the `prefill` block"),
+        ({"mode": "colocated"}, "mode"),
+        ({"decode": {"cpu_cores": [0], "cpu_cores_per_replica": [[1]]}}, "not both"),
+        ({"decode": {"cpu_cores_per_replica": [[0], []]}}, "every entry needs a core"),
+    ],
+)
+def test_aggregated_and_core_layout_errors_name_the_fix(
+    data: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        parse_config(data)

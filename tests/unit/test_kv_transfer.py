@@ -111,3 +111,11 @@ def test_the_cpu_kv_cache_is_sized_in_exact_bytes() -> None:
         {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
     )
     assert "kv_cache_memory_bytes" not in engine_args(gpu, "decode", "/m")
+
+
+def test_each_replica_gets_its_own_cores_by_local_rank() -> None:
+    cfg = PdserveConfig.model_validate(
+        {"mode": "aggregated", "decode": {"num_replicas": 3, "cpu_cores_per_replica": [[0], [1]]}}
+    )
+    binds = [engine_environment(cfg, "decode", 1, "127.0.0.1", rank) for rank in range(3)]
+    assert [env["VLLM_CPU_OMP_THREADS_BIND"] for env in binds] == ["0", "1", "0"]

@@ -71,11 +71,16 @@ def bench(
     compare: Annotated[
         str | None, _opt("policies", "--compare", " Comma-separated, e.g. round_robin,pdserve.")
     ] = None,
+    deployments: Annotated[
+        str | None,
+        _opt("deployments", extra=" Comma-separated, e.g. aggregated=a.yaml,1p1d=b.yaml."),
+    ] = None,
     rounds: Annotated[int | None, _opt("rounds")] = None,
     json_path: Annotated[pathlib.Path | None, _opt("json_path", "--json")] = None,
 ) -> None:
     """Benchmark an OpenAI-compatible endpoint (streaming TTFT/ITL/TPOT/E2E, goodput),
-    optionally comparing routing policies side by side (--compare A,B)."""
+    optionally comparing routing policies (--compare A,B) or whole deployments the bench
+    starts itself one at a time (--deployments A=a.yaml,B=b.yaml) side by side."""
     options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
     from pydantic import ValidationError
     from rich.console import Console
@@ -87,6 +92,8 @@ def bench(
     options["token_ids"] = token_ids
     if compare is not None:
         options["policies"] = tuple(p.strip() for p in compare.split(","))
+    if deployments is not None:
+        options["deployments"] = tuple(d.strip() for d in deployments.split(",") if d.strip())
     console = Console()
     try:
         cfg = BenchConfig(**options)

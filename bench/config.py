@@ -64,6 +64,15 @@ class BenchConfig(StrictModel):
     policies: tuple[str, ...] = Field(
         default=(), description="--compare: x-pdserve-policy values, one phase each."
     )
+    deployments: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "--deployments: NAME=CONFIG pairs. The bench starts each pdserve deployment from "
+            "its YAML config itself (`pdserve up` on private ports, --url unused), runs the "
+            "workload against it, stops it, and goes on to the next, so every deployment gets "
+            "the same machine alone; phases are named by NAME."
+        ),
+    )
     rounds: int = Field(default=1, gt=0, description="Alternations of the compared phases.")
     json_path: pathlib.Path | None = Field(default=None, description="Write the JSON report.")
 
@@ -82,8 +91,25 @@ class BenchConfig(StrictModel):
             raise ValueError(f"--compare names must be distinct: {value}")
         return value
 
+    @field_validator("deployments")
+    @classmethod
+    def _deployments(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        names = []
+        for item in value:
+            name, sep, path = item.partition("=")
+            if not sep or not name.strip() or not path.strip() or name != name.strip():
+                raise ValueError(f"--deployments wants NAME=CONFIG pairs, got {item!r}")
+            if not pathlib.Path(path).is_file():
+                raise ValueError(f"--deployments {name}: no config file at {path}")
+            names.append(name)
+        if len(set(names)) != len(names):
+            raise ValueError(f"--deployments names must be distinct: {names}")
+        return value
+
     @model_validator(mode="after")
     def _cross(self) -> Self:
+        if self.deployments and self.policies:
+            raise ValueError("--deployments and --compare cannot be combined: pick one")
         if self.workload == "trace" and self.trace is None:
             raise ValueError("the trace workload needs --trace PATH")
         if self.workload == "agent" and self.token_ids:
@@ -92,8 +118,19 @@ class BenchConfig(StrictModel):
 
     @property
     def policy_names(self) -> tuple[str, ...]:
-        """Phase names in order; ("default",) when not comparing."""
+        """x-pdserve-policy phase names in order; ("default",) when not comparing policies."""
         return self.policies or (DEFAULT_POLICY,)
+
+    @property
+    def deployment_configs(self) -> dict[str, pathlib.Path]:
+        """--deployments as NAME -> config path, in the given order."""
+        pairs = (item.partition("=") for item in self.deployments)
+        return {name: pathlib.Path(path) for name, _, path in pairs}
+
+    @property
+    def phase_names(self) -> tuple[str, ...]:
+        """What the report's columns are: the deployments, else the policies."""
+        return tuple(self.deployment_configs) or self.policy_names
 
     @property
     def input_distribution(self) -> Distribution:

@@ -20,6 +20,7 @@ from rich.progress import (
 
 from pdserve.bench.client import BenchClient, BenchError
 from pdserve.bench.config import BenchConfig
+from pdserve.bench.deployments import run_deployments
 from pdserve.bench.render import error_lines, ratios_table, results_table, reuse_line, steps_table
 from pdserve.bench.report import BenchReport, build_report
 from pdserve.bench.runner import Runner, RunOutcome
@@ -29,6 +30,8 @@ EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 async def _run(cfg: BenchConfig, progress: Progress) -> RunOutcome:
     clock = time.perf_counter
+    if cfg.deployments:
+        return await run_deployments(cfg, progress, progress.console.print, clock)
     client = BenchClient(cfg.url, cfg.concurrency, cfg.request_timeout_s, clock=clock)
     try:
         runner = Runner(cfg, client, progress, progress.console.print, clock)

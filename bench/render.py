@@ -83,6 +83,8 @@ def reuse_line(name: str, policy: PolicyReport) -> str:
 RATIO_ROWS = (
     ("TTFT p50", "ttft_p50_s"),
     ("TTFT p99", "ttft_p99_s"),
+    ("ITL p50", "itl_p50_s"),
+    ("ITL p99", "itl_p99_s"),
     ("E2E p99", "e2e_p99_s"),
     ("requests/s", "requests_per_s"),
     ("output tokens/s", "output_tokens_per_s"),
@@ -91,7 +93,7 @@ RATIO_ROWS = (
 
 
 def ratios_table(report: BenchReport) -> Table | None:
-    """later ÷ first policy; None when not comparing."""
+    """later ÷ first policy (or deployment); None when not comparing."""
     if not report.ratios:
         return None
     table = Table(title="ratios (latencies: lower is better)")

@@ -20,7 +20,7 @@ from pdserve.bench.stats import mean, rate, ratio, summarize
 
 SCHEMA_VERSION = 1
 RATIO_FIELDS = (
-    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p99_s", "tpot_p50_s", "e2e_p50_s",
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "tpot_p50_s", "e2e_p50_s",
     "e2e_p99_s", "requests_per_s", "output_tokens_per_s", "goodput_fraction",
 )  # fmt: skip
 TOKEN_RATIO_FIELDS = ("prompt_tokens_total", "cached_tokens_total", "prefilled_tokens_total")
@@ -253,15 +253,16 @@ def build_report(
     interrupted: bool,
     notes: Sequence[str] = (),
 ) -> BenchReport:
-    """Group phases by policy (in `--compare` order) and build everything."""
+    """Group phases by policy (in `--compare` order) or deployment (`--deployments` order;
+    a phase's `policy` is then its deployment's name) and build everything."""
     policies = {
         name: build_policy_report([p for p in phases if p.policy == name], cfg)
-        for name in cfg.policy_names
+        for name in cfg.phase_names
         if any(p.policy == name for p in phases)
     }
     return BenchReport(
         workload=cfg.workload,
-        url=cfg.url,
+        url=", ".join(cfg.deployments) if cfg.deployments else cfg.url,
         model=model,
         config=cfg.model_dump(mode="json"),
         calibration=None

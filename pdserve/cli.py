@@ -17,6 +17,8 @@ from pdserve.cluster_cli import ConfigOpt, down, join, load, up
 from pdserve.config import PdserveConfig
 from pdserve.kv_transfer.fabric_check.cli import kv_check
 from pdserve.profiling.cli import profile
+from pdserve.sim.cli import simulate
+from pdserve.sim.tune_cli import tune
 from pdserve.top.cli import top
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -83,6 +85,10 @@ _COMMANDS: list[tuple[str, Callable[..., Any], str]] = [
      "Measure NIXL latency and bandwidth between two agents; catch a TCP fallback."),
     ("profile", profile,
      "Calibrate the router's cost model on the running engines; print or --write it."),
+    ("simulate", simulate,
+     "Predict TTFT/ITL/goodput of deployments for a workload (simulator; no cluster)."),
+    ("tune", tune,
+     "Recommend aggregated or xPyD, chunk size and local-prefill threshold (simulator)."),
     ("top", top,
      "Live terminal view of a running cluster: pools, latencies, KV transfer, routing."),
 ]  # fmt: skip

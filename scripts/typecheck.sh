@@ -8,6 +8,7 @@ rm -rf "$tree" && mkdir -p "$tree/pdserve"
 for f in pdserve/*.py; do ln -s "../../$f" "$tree/pdserve/$(basename "$f")"; done
 ln -s ../../pdserve/engine "$tree/pdserve/engine"
 ln -s ../../pdserve/autoscaling "$tree/pdserve/autoscaling"
+ln -s ../../pdserve/sim "$tree/pdserve/sim"
 for pkg in router prefill_pool decode_pool kv_transfer deploy bench; do
   ln -s "../../$pkg" "$tree/pdserve/$pkg"
 done
@@ -39,4 +40,5 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -p pdserve.deploy \
   -p pdserve.top \
   -p pdserve.profiling \
+  -p pdserve.sim \
   -p pdserve.bench.gpu_check

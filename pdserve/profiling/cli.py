@@ -50,6 +50,15 @@ def profile(
     json_path: Annotated[
         pathlib.Path | None, typer.Option("--json", help="Write samples + coefficients here.")
     ] = None,
+    sim_profile: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            "--sim-profile",
+            help="Also write the simulator's profile here (the fitted cost model plus the "
+            "serving layer's hop, router and KV-transfer times): the input of `pdserve "
+            "simulate` and `pdserve tune`.",
+        ),
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="Model id to send (default: the first of /v1/models).")
     ] = None,
@@ -113,6 +122,8 @@ def profile(
             console.print(f"[red]cannot write {json_path}:[/red] {escape(str(exc))}")
             raise typer.Exit(1) from exc
         console.print(f"samples and coefficients written to {json_path}")
+    if sim_profile is not None:
+        _write_sim_profile(sim_profile, new, measured, url, console)
     comment = (
         f"fitted by `pdserve profile` on {datetime.date.today().isoformat()}: "
         f"{len(measured.prefill)} prefill + {len(decode)} decode samples"
@@ -122,6 +133,28 @@ def profile(
     else:
         console.print("\npaste into the config (or rerun with --config FILE --write):")
         console.print(snippet(new, comment), markup=False, highlight=False)
+
+
+def _write_sim_profile(
+    path: pathlib.Path, model: CostModel, measured: Measurements, url: str, console: Console
+) -> None:
+    from pdserve.sim.fit import fit_sim_profile
+
+    source = f"pdserve profile of {url} on {datetime.date.today().isoformat()}"
+    try:
+        prof = fit_sim_profile(model, measured.serving, source=source)
+        path.write_text(prof.model_dump_json(indent=2) + "\n")
+    except ValueError as exc:
+        console.print(f"[red]cannot fit the simulator profile:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
+    except OSError as exc:
+        console.print(f"[red]cannot write {path}:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
+    console.print(
+        f"simulator profile written to {path} (hop {prof.hop_s * 1e3:.1f} ms, router "
+        f"{prof.router_s * 1e3:.1f} ms, KV transfer {prof.kv_transfer_fixed_s * 1e3:.1f} ms + "
+        f"{prof.cost_model.kv_transfer_per_token_s * 1e6:.2f} us/token)"
+    )
 
 
 def _load_config(path: pathlib.Path | None, write: bool, console: Console) -> PdserveConfig | None:

@@ -20,7 +20,14 @@ import httpx
 
 from pdserve.bench.sse import aiter_events, error_message, read_chunk
 from pdserve.profiling.plan import ProfilePlan, decode_batch_prompts, random_tokens
-from pdserve.profiling.samples import DecodeBatch, ProfileError, prefill_sample, tpot_s
+from pdserve.profiling.samples import (
+    DecodeBatch,
+    ProfileError,
+    ServingSample,
+    prefill_sample,
+    serving_sample,
+    tpot_s,
+)
 from pdserve.router.auth import client_headers
 from pdserve.router.policy.cost_model import PrefillSample
 
@@ -35,6 +42,8 @@ class Measurements:
 
     prefill: list[PrefillSample] = field(default_factory=list)
     batches: list[DecodeBatch] = field(default_factory=list)
+    serving: list[ServingSample] = field(default_factory=list)
+    """The serving stages around each measured remote prefill (for the simulator)."""
     skipped_local_prefills: int = 0
 
 
@@ -100,7 +109,7 @@ class Profiler:
             self._progress("warm-up")
         for _ in range(plan.repeats):
             for n in plan.prefill_tokens:
-                self._add(out, await self._complete(http, random_tokens(self._rng, n)))
+                self._add(out, await self._complete(http, random_tokens(self._rng, n), out))
                 self._progress(f"prefill {n} tokens")
             for prefix_len, extra in plan.cached_pairs:
                 prefix = random_tokens(self._rng, prefix_len)
@@ -137,11 +146,19 @@ class Profiler:
                 raise ProfileError(f"{self.url}/v1/models lists no model; pass --model")
             self.model = str(data[0]["id"])
 
-    async def _complete(self, http: httpx.AsyncClient, prompt: list[int]) -> PrefillSample | None:
+    async def _complete(
+        self, http: httpx.AsyncClient, prompt: list[int], out: Measurements | None = None
+    ) -> PrefillSample | None:
+        """One prefill (max_tokens 1); with `out`, its serving stages are recorded too."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
         resp = await http.post("/v1/completions", json=body)
         _raise_for_status(resp, "/v1/completions")
-        return prefill_sample(resp.headers, resp.json(), len(prompt))
+        data = resp.json()
+        if out is not None:
+            serving = serving_sample(resp.headers, data, len(prompt))
+            if serving is not None:
+                out.serving.append(serving)
+        return prefill_sample(resp.headers, data, len(prompt))
 
     async def _decode_batch(self, http: httpx.AsyncClient, b: int, length: int) -> DecodeBatch:
         prefix, prompts = decode_batch_prompts(self._rng, b, length)

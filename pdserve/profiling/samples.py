@@ -120,6 +120,44 @@ class DecodeBatch:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ServingSample:
+    """The serving layer around one remote prefill, from the router's timing header (seconds):
+    `router_s` router_queue (before dispatch), `prefill_hops_s` and `decode_hops_s` the Ray
+    Serve round trips to each pool, `kv_wait_s` the decode engine's wait for the KV (the
+    pull, on an idle cluster), `decode_first_token_s` the decode engine's first step."""
+
+    num_prompt_tokens: int
+    router_s: float
+    prefill_hops_s: float
+    kv_wait_s: float
+    decode_hops_s: float
+    decode_first_token_s: float
+
+
+def serving_sample(
+    headers: Mapping[str, str], body: Mapping[str, Any], num_prompt_tokens: int
+) -> ServingSample | None:
+    """The serving stages of one non-streaming completion; None for a local prefill or a
+    timing header without every stage."""
+    timing = header_json(headers, TIMING_HEADER) or {}
+    keys = ("router_queue", "prefill_hops", "kv_transfer", "decode_hops", "decode_first_token")
+    if "prefill" not in timing or any(k not in timing for k in keys):
+        return None
+    usage = body.get("usage")
+    prompt = num_prompt_tokens
+    if isinstance(usage, Mapping) and usage.get("prompt_tokens") is not None:
+        prompt = int(usage["prompt_tokens"])
+    return ServingSample(
+        num_prompt_tokens=prompt,
+        router_s=float(timing["router_queue"]),
+        prefill_hops_s=float(timing["prefill_hops"]),
+        kv_wait_s=float(timing["kv_transfer"]),
+        decode_hops_s=float(timing["decode_hops"]),
+        decode_first_token_s=float(timing["decode_first_token"]),
+    )
+
+
 def median_or_none(values: Sequence[float]) -> float | None:
     """The median, or None for no values."""
     return statistics.median(values) if values else None

@@ -79,6 +79,7 @@ def test_schema_rejects_bad_values(
         ({"kvTransfer": {"ucx": {"tls": "tcp"}}}, "UCX_TLS is set in both"),
         ({"kvTransfer": {"ucx": {"env": {"UCX_TLS": "tcp"}}}}, "UCX_TLS is set in both"),
         ({"kvTransfer": {"hostNetwork": True}}, "CIDRs in networkPolicy.nodeCIDRs"),
+        ({"pdserve": {"mode": "aggregated"}}, "run the aggregated baseline with `pdserve up`"),
     ],
 )
 def test_render_refuses_layouts_that_cannot_work(

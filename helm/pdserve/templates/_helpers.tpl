@@ -76,6 +76,9 @@ pdserve.deploy.serve_config.serve_config_for(config); the application args ARE t
 
 {{/* Render-time checks: refuse values that would deploy something that cannot work. */}}
 {{- define "pdserve.validate" -}}
+{{- if eq (.Values.pdserve.mode | default "disaggregated") "aggregated" }}
+{{- fail "pdserve.mode aggregated is not deployable with this chart (it runs prefill and decode worker groups): run the aggregated baseline with `pdserve up`, or deploy mode disaggregated" }}
+{{- end }}
 {{- $host := include "pdserve.routerHost" . }}
 {{- if has $host (list "127.0.0.1" "localhost" "::1") }}
 {{- fail (printf "pdserve.router.host is %q: on Kubernetes the Serve HTTP proxies must listen on the pod network; set pdserve.router.host: 0.0.0.0" $host) }}

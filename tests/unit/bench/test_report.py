@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 from typing import Any
 
 import pytest
@@ -161,3 +162,48 @@ def test_errors_are_grouped() -> None:
     )
     errors = report.policies["default"].errors
     assert [(e.message, e.status, e.count) for e in errors] == [("HTTP 400: too long", 400, 3)]
+
+
+def test_deployments_report_has_a_column_and_ratios_per_deployment(
+    tmp_path: pathlib.Path,
+) -> None:
+    for name in ("agg.yaml", "pd.yaml"):
+        (tmp_path / name).write_text("{}\n")
+    cfg = BenchConfig(
+        workload="mixed",
+        deployments=(f"aggregated={tmp_path / 'agg.yaml'}", f"1p1d={tmp_path / 'pd.yaml'}"),
+        rounds=2,
+    )
+    assert cfg.phase_names == ("aggregated", "1p1d")
+    phases = [
+        _mixed_phase("aggregated", 0.4, 0),
+        _mixed_phase("1p1d", 0.1, 0),
+        _mixed_phase("aggregated", 0.4, 1),
+        _mixed_phase("1p1d", 0.1, 1),
+    ]
+    report = build_report(cfg, "m", None, phases, interrupted=False)
+    assert list(report.policies) == ["aggregated", "1p1d"]
+    assert report.policies["1p1d"].num_phases == 2
+    assert report.url.startswith("aggregated=") and "1p1d=" in report.url
+    ratios = report.ratios["1p1d/aggregated"]
+    assert ratios["ttft_p99_s"] == pytest.approx(0.25)
+    assert ratios["classes"]["short"]["ttft_p99_s"] == pytest.approx(0.25)
+    assert "itl_p99_s" in ratios
+
+
+@pytest.mark.parametrize(
+    ("deployments", "policies", "fragment"),
+    [
+        (("aggregated",), (), "NAME=CONFIG"),
+        (("a=/nonexistent/a.yaml",), (), "no config file"),
+        (("a={f}", "a={f}"), (), "distinct"),
+        (("a={f}",), ("pdserve",), "cannot be combined"),
+    ],
+)
+def test_bad_deployments_options_say_what_to_fix(
+    tmp_path: pathlib.Path, deployments: tuple[str, ...], policies: tuple[str, ...], fragment: str
+) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("{}\n")
+    with pytest.raises(ValueError, match=fragment):
+        BenchConfig(deployments=tuple(d.format(f=f) for d in deployments), policies=policies)

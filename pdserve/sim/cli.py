@@ -1,0 +1,251 @@
+"""`pdserve simulate` (typer): predict deployments' latency for a workload with the
+simulator, and with --measured set the prediction beside a `pdserve bench` report.
+
+Registered in pdserve/cli.py. Exit status: 0 done; 1 a prediction is outside --tolerance of
+the measurement (with --measured and --check); 2 bad options, config or file.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pdserve.bench.cli import _opt
+from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import BenchReport
+from pdserve.bench.stats import sig3
+from pdserve.bench.trace import TraceRecord, load_trace
+from pdserve.config import ConfigError, load_config
+from pdserve.sim.layout import layout_from_config
+from pdserve.sim.predict import ComparedRow, Prediction, compare, predict
+from pdserve.sim.profile import SimProfile
+
+_NOT_WORKLOAD = ("profile", "config", "measured", "check", "json_path")
+P50_TOLERANCE = 0.15
+P99_TOLERANCE = 0.30
+
+
+def within(row: ComparedRow) -> bool | None:
+    """Whether a TTFT/ITL prediction is inside its bound (p50 +-15 %, p99 +-30 %); None for
+    rows the bound does not cover."""
+    if row.ratio is None or row.field not in ("ttft_p50_s", "itl_p50_s", "ttft_p99_s",
+                                              "itl_p99_s"):  # fmt: skip
+        return None
+    bound = P50_TOLERANCE if row.field.endswith("p50_s") else P99_TOLERANCE
+    return abs(row.ratio - 1) <= bound
+
+
+def simulate(
+    profile: Annotated[
+        pathlib.Path, typer.Option(help="Simulator profile (`pdserve profile --sim-profile`).")
+    ],
+    config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="NAME=CONFIG (or CONFIG) of a deployment to predict; repeat for several. "
+            "Default with --measured: the report's --deployments.",
+        ),
+    ] = None,
+    measured: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            help="A `pdserve bench --json` report: simulate its workload and options, and show "
+            "predicted / measured per deployment (its phase names)."
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            help="With --measured: exit 1 unless TTFT/ITL p50 are within 15 % and "
+            "p99 within 30 % of the measurement."
+        ),
+    ] = False,
+    workload: Annotated[str | None, _opt("workload", extra=" mixed|synthetic|trace.")] = None,
+    num_requests: Annotated[int | None, _opt("num_requests")] = None,
+    concurrency: Annotated[int | None, _opt("concurrency")] = None,
+    request_rate: Annotated[float | None, _opt("request_rate")] = None,
+    seed: Annotated[int | None, _opt("seed")] = None,
+    output_tokens: Annotated[int | None, _opt("output_tokens")] = None,
+    short_tokens: Annotated[int | None, _opt("short_tokens")] = None,
+    long_tokens: Annotated[int | None, _opt("long_tokens")] = None,
+    long_fraction: Annotated[float | None, _opt("long_fraction")] = None,
+    burst_size: Annotated[int | None, _opt("burst_size")] = None,
+    input_dist: Annotated[str | None, _opt("input_dist")] = None,
+    output_dist: Annotated[str | None, _opt("output_dist")] = None,
+    trace: Annotated[pathlib.Path | None, _opt("trace")] = None,
+    trace_time_scale: Annotated[float | None, _opt("trace_time_scale")] = None,
+    trace_length_scale: Annotated[float | None, _opt("trace_length_scale")] = None,
+    max_requests: Annotated[int | None, _opt("max_requests")] = None,
+    max_input_tokens: Annotated[int | None, _opt("max_input_tokens")] = None,
+    slo_ttft_s: Annotated[float | None, _opt("slo_ttft_s")] = None,
+    slo_tpot_s: Annotated[float | None, _opt("slo_tpot_s")] = None,
+    json_path: Annotated[pathlib.Path | None, typer.Option("--json", help="Write here.")] = None,
+) -> None:
+    """Predict TTFT / ITL / TPOT / E2E percentiles and goodput of deployments under a workload
+    with the simulator (no cluster needed), optionally against a measured bench report."""
+    options = {k: v for k, v in locals().items() if v is not None and k not in _NOT_WORKLOAD}
+    console = Console()
+    prof = _load_profile(profile, console)
+    report = _load_report(measured, console) if measured is not None else None
+    cfg = _bench_config(report, options, console)
+    names = _deployments(config, report, console)
+    records = _trace(cfg, console)
+    predictions = []
+    for name, path in names.items():
+        try:
+            layout = layout_from_config(load_config(path), name=name)
+        except ConfigError as exc:
+            console.print(f"[red]config error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+        predictions.append(predict(name, layout, prof, cfg, records))
+    console.print(_predictions_table(predictions, cfg))
+    rows = compare(predictions, report) if report is not None else []
+    if rows:
+        console.print(_compared_table(rows))
+    if json_path is not None:
+        json_path.write_text(json.dumps(_json(prof, cfg, predictions, rows), indent=2) + "\n")
+        console.print(f"JSON written to {json_path}")
+    if check and rows:
+        misses = [r for r in rows if within(r) is False]
+        for r in misses:
+            console.print(
+                f"[red]outside the bound:[/red] {r.deployment} {r.scope} {r.label}: predicted "
+                f"{sig3(r.predicted)}, measured {sig3(r.measured)} (x{sig3(r.ratio)})"
+            )
+        raise typer.Exit(1 if misses else 0)
+
+
+def _load_profile(path: pathlib.Path, console: Console) -> SimProfile:
+    try:
+        return SimProfile.load(path)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
+def _load_report(path: pathlib.Path, console: Console) -> BenchReport:
+    try:
+        return BenchReport.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {path}: not a pdserve bench report ({exc})")
+        raise typer.Exit(2) from exc
+
+
+def _bench_config(
+    report: BenchReport | None, options: dict[str, Any], console: Console
+) -> BenchConfig:
+    """The workload: the report's own options (over which explicit options win), else the
+    options given."""
+    base: dict[str, Any] = {}
+    if report is not None:
+        base = {**report.config, "deployments": (), "policies": (), "json_path": None}
+    try:
+        return BenchConfig.model_validate({**base, **options})
+    except ValueError as exc:
+        console.print(f"[red]invalid workload options:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
+def _deployments(
+    given: list[str] | None, report: BenchReport | None, console: Console
+) -> dict[str, pathlib.Path]:
+    items = list(given or [])
+    if not items and report is not None:
+        items = list(report.config.get("deployments") or [])
+    if not items:
+        console.print("[red]error:[/red] name a deployment: --config NAME=CONFIG (or --measured)")
+        raise typer.Exit(2)
+    out: dict[str, pathlib.Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = pathlib.Path(item).stem, item
+        out[name] = pathlib.Path(path)
+    return out
+
+
+def _trace(cfg: BenchConfig, console: Console) -> list[TraceRecord]:
+    if cfg.workload != "trace" or cfg.trace is None:
+        return []
+    try:
+        return load_trace(cfg.trace)
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]cannot read trace {cfg.trace}:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
+def _predictions_table(predictions: list[Prediction], cfg: BenchConfig) -> Table:
+    table = Table(
+        title=f"predicted: {cfg.workload} workload, {cfg.num_requests} requests, "
+        f"rate {cfg.request_rate or 'closed loop'}, concurrency {cfg.concurrency}",
+        caption=f"goodput: TTFT <= {cfg.slo_ttft_s} s and TPOT <= {cfg.slo_tpot_s} s",
+    )
+    table.add_column("metric")
+    for p in predictions:
+        table.add_column(f"{p.name}\n{p.layout.describe()}", justify="right")
+    for label, field in (
+        ("TTFT p50 (s)", "ttft_p50_s"), ("TTFT p99 (s)", "ttft_p99_s"),
+        ("ITL p50 (s)", "itl_p50_s"), ("ITL p99 (s)", "itl_p99_s"),
+        ("TPOT p50 (s)", "tpot_p50_s"), ("E2E p50 (s)", "e2e_p50_s"),
+        ("E2E p99 (s)", "e2e_p99_s"), ("requests/s", "requests_per_s"),
+        ("goodput", "goodput_fraction"),
+    ):  # fmt: skip
+        table.add_row(label, *(sig3(getattr(p.metrics, field)) for p in predictions))
+    return table
+
+
+def _compared_table(rows: list[ComparedRow]) -> Table:
+    table = Table(
+        title="predicted vs measured (ratio = predicted / measured)",
+        caption="bound: TTFT and ITL p50 within 15 %, p99 within 30 %",
+    )
+    for col in ("deployment", "requests", "metric", "predicted", "measured", "ratio", ""):
+        table.add_column(
+            col, justify="right" if col in ("predicted", "measured", "ratio") else "left"
+        )
+    for r in rows:
+        ok = within(r)
+        mark = "" if ok is None else ("ok" if ok else "[red]OUT[/red]")
+        table.add_row(
+            r.deployment, r.scope, r.label, sig3(r.predicted), sig3(r.measured), sig3(r.ratio),
+            mark,
+        )  # fmt: skip
+    return table
+
+
+def _json(
+    prof: SimProfile, cfg: BenchConfig, predictions: list[Prediction], rows: list[ComparedRow]
+) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "profile": prof.model_dump(mode="json"),
+        "workload": cfg.model_dump(mode="json"),
+        "predictions": {
+            p.name: {
+                "layout": p.layout.describe(),
+                "metrics": p.metrics.model_dump(mode="json"),
+                "classes": {c: m.model_dump(mode="json") for c, m in p.classes.items()},
+            }
+            for p in predictions
+        },
+        "compared": [
+            {
+                "deployment": r.deployment,
+                "requests": r.scope,
+                "field": r.field,
+                "predicted": r.predicted,
+                "measured": r.measured,
+                "ratio": r.ratio,
+                "within_bound": within(r),
+            }
+            for r in rows
+        ],
+    }

@@ -1,0 +1,174 @@
+"""One simulated vLLM engine: its scheduler and its step time (pure).
+
+Who calls it: the simulator's event loop (simulator.py) adds sequences with `submit`, asks
+for the next step with `plan` when the engine is idle or a step ended, and applies the step
+with `finish_step`. A step is planned like vLLM v1's scheduler with chunked prefill: running
+sequences first (each decoding one token, or continuing its prompt by at most
+`chunk_tokens`), then waiting ones in priority order (lower first, then arrival) while
+sequences and the step's token budget last. Its time comes from the cost model (see
+`_duration`): one step base, the prefill chunks' per-token and attention terms (a prompt's own
+fixed cost with its first chunk) and the decoding sequences' per-sequence and context terms.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pdserve.router.policy.cost_model import CostModel
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """The engine's scheduler settings (pdserve's `engine` block)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunk_tokens: int
+    """Most prompt tokens one sequence prefills per step (long_prefill_token_threshold)."""
+    block_size_tokens: int
+    kv_capacity_tokens: int
+
+
+@dataclass(slots=True)
+class Seq:
+    """One request on one engine. `prefill_only`: a prefill-pool request, done at the end of
+    its prompt (its KV then moves to decode). `computed`: prompt tokens whose KV exists here
+    (cached, transferred or computed); `generated`: output tokens produced here."""
+
+    request_id: str
+    prompt_tokens: int
+    output_tokens: int
+    priority: int
+    block_hashes: tuple[int, ...]
+    prefill_only: bool = False
+    computed: int = 0
+    generated: int = 0
+    order: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache when it was admitted."""
+    started: bool = False
+    """Its prompt's own computation began (the cost model's fixed overhead is paid then)."""
+    token_times_s: list[float] = field(default_factory=list)
+    """When each output token was produced (engine time, seconds)."""
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.prompt_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A planned engine step: (sequence, tokens it computes) and its duration."""
+
+    work: tuple[tuple[Seq, int], ...]
+    duration_s: float
+
+
+CacheLookup = Callable[[tuple[int, ...]], int]
+"""Cached full blocks of a prompt's block hashes on this engine (longest cached prefix)."""
+
+
+class SimEngine:
+    """A simulated engine. Not thread-safe; owned by one simulation."""
+
+    def __init__(self, engine_id: str, limits: EngineLimits, cost: CostModel):
+        self.engine_id = engine_id
+        self.limits = limits
+        self._cost = cost
+        self.waiting: list[Seq] = []
+        self.running: list[Seq] = []
+        self.busy = False
+        self._order = itertools.count()
+
+    def submit(self, seq: Seq) -> None:
+        """Queue a sequence (its `computed` already counts KV that arrived by transfer)."""
+        seq.order = next(self._order)
+        self.waiting.append(seq)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def queued_prefill_tokens(self) -> tuple[int, int]:
+        """(uncomputed prompt tokens, prompts) accepted and not yet prefilled."""
+        seqs = [s for s in (*self.waiting, *self.running) if s.prefilling]
+        return sum(s.prompt_tokens - s.computed for s in seqs), len(seqs)
+
+    def kv_usage(self) -> float:
+        used = sum(s.computed + s.generated for s in self.running)
+        return min(1.0, used / max(1, self.limits.kv_capacity_tokens))
+
+    def plan(self, cached_blocks: CacheLookup) -> Step | None:
+        """The next step, or None when there is nothing to run. Admits waiting sequences
+        (their cached prefix is counted as computed when they are admitted)."""
+        lim = self.limits
+        budget = lim.max_num_batched_tokens
+        work: list[tuple[Seq, int]] = []
+        for seq in self.running:
+            n = min(seq.prompt_tokens - seq.computed, lim.chunk_tokens) if seq.prefilling else 1
+            n = min(n, budget)
+            if n > 0:
+                work.append((seq, n))
+                budget -= n
+        self.waiting.sort(key=lambda s: (s.priority, s.order))
+        while self.waiting and len(self.running) < lim.max_num_seqs and budget > 0:
+            seq = self.waiting.pop(0)
+            if seq.computed == 0:  # a fresh prompt: reuse its cached prefix (all but 1 token)
+                hit = cached_blocks(seq.block_hashes) * lim.block_size_tokens
+                seq.computed = seq.cached_tokens = min(hit, seq.prompt_tokens - 1)
+            self.running.append(seq)
+            n = min(seq.prompt_tokens - seq.computed, lim.chunk_tokens) if seq.prefilling else 1
+            n = min(n, budget)
+            work.append((seq, n))
+            budget -= n
+        if not work:
+            return None
+        return Step(tuple(work), self._duration(work))
+
+    def _duration(self, work: list[tuple[Seq, int]]) -> float:
+        """Step time: the step's base (decode_base_s) once, each prompt's remaining fixed
+        cost (fixed_overhead_s - decode_base_s) with its first chunk, the chunks' token and
+        attention terms, and the decoding sequences' per-sequence and context terms. A
+        prompt alone thus costs est_prefill_s, a decode step alone est_decode_step_s."""
+        cost = self._cost
+        seconds = cost.decode_base_s
+        per_prompt_s = max(0.0, cost.fixed_overhead_s - cost.decode_base_s)
+        decoding = [s for s, _ in work if not s.prefilling]
+        for seq, n in work:
+            if seq.prefilling:
+                before = seq.computed
+                seconds += cost.per_token_s * n + cost.per_token_sq_s * n * (n / 2 + before)
+                if not seq.started:
+                    seconds += per_prompt_s
+        if decoding:
+            context = sum(s.computed + s.generated for s in decoding)
+            seconds += (
+                cost.decode_per_seq_s * len(decoding) + cost.decode_per_context_token_s * context
+            )
+        return seconds
+
+    def finish_step(self, step: Step, now_s: float) -> tuple[list[Seq], list[Seq]]:
+        """Apply a step that ended at `now_s`: returns (sequences whose prompt is now fully
+        computed, sequences that finished and left the engine)."""
+        prefilled: list[Seq] = []
+        done: list[Seq] = []
+        for seq, n in step.work:
+            if seq.prefilling:
+                seq.started = True
+                seq.computed += n
+                if seq.prefilling:
+                    continue
+                prefilled.append(seq)
+                if seq.prefill_only:
+                    done.append(seq)
+                    continue
+            seq.generated += 1  # the step that completes the prompt yields its first token
+            seq.token_times_s.append(now_s)
+            if seq.generated >= seq.output_tokens:
+                done.append(seq)
+        if done:
+            gone = {id(s) for s in done}
+            self.running = [s for s in self.running if id(s) not in gone]
+        return prefilled, done

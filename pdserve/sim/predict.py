@@ -1,0 +1,108 @@
+"""Predict a deployment's metrics for a workload, and set predictions beside a measured
+`pdserve bench` report (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import BenchReport, Metrics
+from pdserve.bench.stats import ratio
+from pdserve.bench.trace import TraceRecord
+from pdserve.sim.layout import SimLayout
+from pdserve.sim.profile import SimProfile
+from pdserve.sim.report import sim_metrics
+from pdserve.sim.simulator import Simulation
+from pdserve.sim.workload import SimRequest, from_bench, from_trace
+
+COMPARED = (
+    ("TTFT p50", "ttft_p50_s"),
+    ("TTFT p99", "ttft_p99_s"),
+    ("ITL p50", "itl_p50_s"),
+    ("ITL p99", "itl_p99_s"),
+    ("TPOT p50", "tpot_p50_s"),
+    ("E2E p50", "e2e_p50_s"),
+    ("requests/s", "requests_per_s"),
+    ("goodput", "goodput_fraction"),
+)
+"""(label, Metrics field) of the rows predictions are compared on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One deployment's predicted metrics: all requests, and per request class."""
+
+    name: str
+    layout: SimLayout
+    metrics: Metrics
+    classes: dict[str, Metrics]
+
+
+def workload_requests(
+    cfg: BenchConfig, block_size_tokens: int, trace: Sequence[TraceRecord] = ()
+) -> list[SimRequest]:
+    """The requests `pdserve bench` would send with `cfg` (trace: the given records)."""
+    if cfg.workload == "trace":
+        records = list(trace)[: cfg.max_requests] if cfg.max_requests else list(trace)
+        return from_trace(
+            records,
+            block_size_tokens,
+            trace_block_tokens=cfg.trace_block_tokens,
+            time_scale=cfg.trace_time_scale,
+            length_scale=cfg.trace_length_scale,
+            max_input_tokens=cfg.max_input_tokens,
+        )
+    return from_bench(cfg, block_size_tokens)
+
+
+def predict(
+    name: str,
+    layout: SimLayout,
+    profile: SimProfile,
+    cfg: BenchConfig,
+    trace: Sequence[TraceRecord] = (),
+) -> Prediction:
+    """Simulate `cfg`'s workload (its concurrency cap included) on `layout`."""
+    block = layout.engines[0].limits.block_size_tokens
+    requests = workload_requests(cfg, block, trace)
+    outcome = Simulation(layout, profile, concurrency=cfg.concurrency).run(requests)
+    metrics, classes = sim_metrics(outcome, cfg)
+    return Prediction(name, layout, metrics, classes)
+
+
+@dataclass(frozen=True, slots=True)
+class ComparedRow:
+    """One metric of one deployment (or one of its request classes): predicted, measured
+    and predicted / measured."""
+
+    deployment: str
+    scope: str
+    label: str
+    field: str
+    predicted: float | None
+    measured: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.predicted, self.measured)
+
+
+def compare(predictions: Sequence[Prediction], measured: BenchReport) -> list[ComparedRow]:
+    """Rows for every prediction whose deployment the report measured: all requests, then
+    each class the report has."""
+    rows = []
+    for p in predictions:
+        m = measured.policies.get(p.name)
+        if m is None:
+            continue
+        scopes: list[tuple[str, Metrics, Metrics]] = [("all", p.metrics, m)]
+        scopes += [
+            (cls, p.classes[cls], mm) for cls, mm in (m.classes or {}).items() if cls in p.classes
+        ]
+        for scope, pm, mm in scopes:
+            rows += [
+                ComparedRow(p.name, scope, label, f, getattr(pm, f), getattr(mm, f))
+                for label, f in COMPARED
+            ]
+    return rows

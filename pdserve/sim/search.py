@@ -1,0 +1,132 @@
+"""`pdserve tune`'s search (pure): the configurations a device budget allows, each simulated
+under the workload, ranked by goodput at the SLOs.
+
+Candidates: aggregated with 1..N engines, and every xPyD with x + y <= N, each engine on a
+device of its own (a core on CPU, its GPUs on cuda); for each, every prefill chunk size
+asked for and (disaggregated) every local-prefill threshold. Ranking: highest goodput (the
+fraction of requests meeting both SLOs): candidates that reach `target_goodput` come first,
+fewest devices first, then lowest TTFT p99; the rest follow by goodput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pdserve.bench.config import BenchConfig
+from pdserve.bench.trace import TraceRecord
+from pdserve.config import PdserveConfig
+from pdserve.sim.layout import layout_from_config
+from pdserve.sim.predict import Prediction, predict
+from pdserve.sim.profile import SimProfile
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One point of the search: a layout and its two knobs."""
+
+    mode: str
+    num_prefill: int
+    num_decode: int
+    chunk_tokens: int | None
+    local_prefill_max_cold_tokens: int
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_prefill + self.num_decode
+
+    def label(self) -> str:
+        shape = (
+            f"aggregated x{self.num_decode}"
+            if self.mode == "aggregated"
+            else f"{self.num_prefill}P{self.num_decode}D"
+        )
+        chunk = "whole" if self.chunk_tokens is None else str(self.chunk_tokens)
+        local = "" if self.mode == "aggregated" else f", local<{self.local_prefill_max_cold_tokens}"
+        return f"{shape} (chunk {chunk}{local})"
+
+
+def candidates(
+    num_devices: int,
+    chunk_tokens: Sequence[int | None],
+    local_thresholds: Sequence[int],
+    *,
+    aggregated: bool = True,
+) -> list[Candidate]:
+    """Every candidate within `num_devices` (>= 1; 2 for any disaggregated one)."""
+    if num_devices < 1:
+        raise ValueError(f"the device budget must be >= 1, got {num_devices}")
+    out = []
+    for chunk in chunk_tokens:
+        if aggregated:
+            out += [Candidate("aggregated", 0, n, chunk, 0) for n in range(1, num_devices + 1)]
+        for p in range(1, num_devices):
+            for d in range(1, num_devices - p + 1):
+                out += [Candidate("disaggregated", p, d, chunk, t) for t in local_thresholds]
+    return out
+
+
+def apply(base: PdserveConfig, c: Candidate) -> PdserveConfig:
+    """`base` turned into candidate `c`: mode, fixed replica counts (autoscaling off), one
+    device per engine, the chunk size on every pool's engines and the local-prefill
+    threshold. Everything else (model, engine budgets, router) is the base's."""
+    raw: dict[str, Any] = base.model_dump(mode="json")
+    cores = iter(range(c.num_devices))
+
+    def pool(name: str, count: int) -> dict[str, Any]:
+        p = dict(raw[name])
+        p["num_replicas"] = count
+        p["autoscaling"] = None
+        engine = dict(p["engine"])
+        engine["prefill_chunk_tokens"] = c.chunk_tokens
+        p["engine"] = engine
+        if base.platform == "cpu":
+            p["cpu_cores"] = None
+            p["cpu_cores_per_replica"] = [[next(cores)] for _ in range(count)]
+        else:
+            p["num_gpus"] = max(1, engine.get("tensor_parallel_size", 1))
+        return p
+
+    raw["mode"] = c.mode
+    if c.mode == "aggregated":
+        raw.pop("prefill")
+    else:
+        raw["prefill"] = pool("prefill", c.num_prefill)
+    raw["decode"] = pool("decode", c.num_decode)
+    routing = dict(raw["router"]["routing"])
+    routing["local_prefill_max_cold_tokens"] = c.local_prefill_max_cold_tokens
+    raw["router"] = {**raw["router"], "routing": routing}
+    return PdserveConfig.model_validate(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    candidate: Candidate
+    config: PdserveConfig
+    prediction: Prediction
+
+
+def rank(
+    base: PdserveConfig,
+    profile: SimProfile,
+    workload: BenchConfig,
+    points: Sequence[Candidate],
+    trace: Sequence[TraceRecord] = (),
+    *,
+    target_goodput: float = 0.99,
+) -> list[Ranked]:
+    """Simulate every candidate and sort best first (see the module docstring)."""
+    ranked = []
+    for c in points:
+        cfg = apply(base, c)
+        layout = layout_from_config(cfg, name=c.label())
+        ranked.append(Ranked(c, cfg, predict(c.label(), layout, profile, workload, trace)))
+
+    def key(r: Ranked) -> tuple[bool, float, int, float]:
+        m = r.prediction.metrics
+        goodput = m.goodput_fraction or 0.0
+        meets = goodput >= target_goodput
+        return (not meets, 0.0 if meets else -goodput, r.candidate.num_devices, m.ttft_p99_s or 1e9)
+
+    return sorted(ranked, key=key)

@@ -1,0 +1,301 @@
+"""The discrete-event loop: router (pdserve's own RoutingPolicy), pools of simulated engines,
+KV transfers and the client, on one virtual clock (pure: no I/O, no wall-clock time).
+
+Who calls it: `pdserve tune` and the validation, once per (layout, workload):
+`Simulation(layout, profile).run(requests)`. 10,000 requests take a few seconds.
+
+A request's path, mirroring pdserve's:
+1. sent (at its arrival, or when the client's concurrency cap frees a slot);
+2. `router_s` later the policy decides on exact snapshots of every engine (running, waiting,
+   queued prefill tokens, KV usage) and the shared prefix index (engines add a prompt's blocks
+   when they finish computing it, as vLLM's KV events do);
+3. remote prefill: one hop to the prefill engine, its prompt in chunks, one hop back and one
+   to the decode engine, the KV transfer (`kv_transfer_s`), then the decode engine's first
+   step yields the first token. Local prefill (and every request when aggregated): one hop to
+   the decode engine, which computes the prompt itself;
+4. each token reaches the client one hop after its engine step, coalesced like the decode
+   replica's stream (`stream_batch_interval_s`: the first and last at once, otherwise at most
+   one chunk per interval).
+Engines that share a device group (e.g. two engines pinned to one core) split it: a step
+started while k of them are busy takes k times its modelled time.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pdserve.router.policy.pipeline import RoutingPolicy
+from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.types import (
+    Decision,
+    PolicyName,
+    PoolName,
+    ReplicaSnapshot,
+    RequestSummary,
+)
+from pdserve.sim.engine import Seq, SimEngine, Step
+from pdserve.sim.layout import SimLayout
+from pdserve.sim.profile import SimProfile
+from pdserve.sim.workload import SimRequest
+
+
+@dataclass(slots=True)
+class SimResult:
+    """What the client saw for one request (seconds; `sent_s` on the simulation clock)."""
+
+    request: SimRequest
+    sent_s: float
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    chunk_gaps_s: tuple[float, ...] = ()
+    cached_tokens: int = 0
+    local_prefill: bool = False
+    decision: Decision | None = None
+
+
+@dataclass(slots=True)
+class SimOutcome:
+    """Every request's result, in request order, and the span from the first send to the
+    last completion."""
+
+    results: list[SimResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def coalesce_times(token_times_s: Sequence[float], interval_s: float) -> list[float]:
+    """When each stream chunk reaches the router, given when each token was produced: the
+    first token and the last go at once; any other waits until `interval_s` has passed since
+    the previous chunk and goes with the first token produced after that (decode_pool/
+    coalesce.py's rule)."""
+    sent: list[float] = []
+    for i, t in enumerate(token_times_s):
+        last = i == len(token_times_s) - 1
+        if not sent or last or t - sent[-1] >= interval_s:
+            sent.append(t)
+    return sent
+
+
+class Simulation:
+    """One deployment under one workload. Build, call `run` once."""
+
+    def __init__(
+        self,
+        layout: SimLayout,
+        profile: SimProfile,
+        *,
+        concurrency: int | None = None,
+        policy: PolicyName = "pdserve",
+    ):
+        """`concurrency`: the client's cap on requests in flight (None = no cap)."""
+        self._layout = layout
+        self._profile = profile
+        self._concurrency = concurrency
+        cost = profile.cost_model
+        self._policy = RoutingPolicy(
+            layout.policy.model_copy(update={"cost_model": cost}),
+            policy=policy,
+            aggregated=layout.aggregated,
+        )
+        self._index = PrefixIndex(mode="events")
+        self._work = OutstandingWork()
+        self._engines: dict[str, SimEngine] = {}
+        self._pool_of: dict[str, PoolName] = {}
+        self._group_of: dict[str, str] = {}
+        for spec in layout.engines:
+            self._engines[spec.engine_id] = SimEngine(spec.engine_id, spec.limits, cost)
+            self._pool_of[spec.engine_id] = spec.pool
+            self._group_of[spec.engine_id] = spec.device_group
+            self._index.set_capacity(
+                spec.engine_id, spec.limits.kv_capacity_tokens // spec.limits.block_size_tokens
+            )
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._now = 0.0
+        self._in_flight = 0
+        self._backlog: list[SimRequest] = []
+        self._results: dict[str, SimResult] = {}
+        self._steps: dict[str, Step] = {}
+        self._seq_of: dict[int, SimResult] = {}
+
+    # ---- event loop ----
+
+    def _at(self, t: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), action))
+
+    def run(self, requests: Sequence[SimRequest]) -> SimOutcome:
+        """Replay `requests` to the end; every request completes (no failures are modelled)."""
+        order = {r.request_id: i for i, r in enumerate(requests)}
+        closed = [r for r in requests if r.arrival_s is None]
+        for r in requests:
+            if r.arrival_s is not None:
+                self._at(r.arrival_s, functools.partial(self._arrive, r))
+        self._backlog = closed
+        self._fill()
+        while self._events:
+            t, _, action = heapq.heappop(self._events)
+            self._now = t
+            action()
+        results = sorted(self._results.values(), key=lambda x: order[x.request.request_id])
+        first = min((x.sent_s for x in results), default=0.0)
+        last = max((x.sent_s + (x.e2e_s or 0.0) for x in results), default=0.0)
+        return SimOutcome(results=results, wall_s=last - first)
+
+    def _arrive(self, request: SimRequest) -> None:
+        self._backlog.append(request)
+        self._fill()
+
+    def _fill(self) -> None:
+        cap = self._concurrency
+        while self._backlog and (cap is None or self._in_flight < cap):
+            self._send(self._backlog.pop(0))
+
+    # ---- router ----
+
+    def _send(self, request: SimRequest) -> None:
+        self._in_flight += 1
+        self._results[request.request_id] = SimResult(request=request, sent_s=self._now)
+        self._at(self._now + self._profile.router_s, lambda: self._place(request))
+
+    def _snapshots(self, pool: PoolName) -> list[ReplicaSnapshot]:
+        snaps = []
+        for eid, engine in self._engines.items():
+            if self._pool_of[eid] != pool:
+                continue
+            tokens, prompts = engine.queued_prefill_tokens()
+            snaps.append(
+                ReplicaSnapshot(
+                    replica_id=eid,
+                    pool=pool,
+                    num_running_requests=len(engine.running),
+                    num_waiting_requests=len(engine.waiting),
+                    kv_cache_usage=engine.kv_usage(),
+                    queued_prefill_tokens=tokens,
+                    num_queued_prefills=prompts,
+                )
+            )
+        return snaps
+
+    def _place(self, request: SimRequest) -> None:
+        result = self._results[request.request_id]
+        summary = RequestSummary(
+            request_id=request.request_id,
+            num_prompt_tokens=request.prompt_tokens,
+            block_hashes=request.block_hashes,
+            client_priority=request.priority,
+            arrival_time_s=self._now,
+        )
+        d = self._policy.decide(
+            summary,
+            self._snapshots("prefill"),
+            self._snapshots("decode"),
+            self._index,
+            self._work,
+            self._now,
+        )
+        result.decision = d
+        result.local_prefill = d.prefill_is_local
+        prefilling = d.prefill_replica_id or d.decode_replica_id
+        self._work.start(
+            prefilling, request.request_id, d.est_prefill_s, d.engine_priority, self._now
+        )
+        hop = self._profile.hop_s
+        seq = Seq(
+            request_id=request.request_id,
+            prompt_tokens=request.prompt_tokens,
+            output_tokens=1 if d.prefill_replica_id else request.output_tokens,
+            priority=d.engine_priority,
+            block_hashes=request.block_hashes,
+            prefill_only=d.prefill_replica_id is not None,
+        )
+        self._seq_of[id(seq)] = result
+        self._at(self._now + hop, lambda: self._submit(prefilling, seq))
+
+    def _handoff(self, prefill_seq: Seq) -> None:
+        """A remote prefill finished: reply to the router, decode request, KV pull."""
+        result = self._seq_of.pop(id(prefill_seq))
+        d = result.decision
+        if d is None or d.prefill_replica_id is None:
+            raise RuntimeError(f"{prefill_seq.request_id}: a handoff without a remote prefill")
+        request = result.request
+        self._work.finish(d.prefill_replica_id, request.request_id)
+        result.cached_tokens = prefill_seq.cached_tokens
+        p = self._profile
+        seq = Seq(
+            request_id=request.request_id,
+            prompt_tokens=request.prompt_tokens,
+            output_tokens=request.output_tokens,
+            priority=d.engine_priority,
+            block_hashes=request.block_hashes,
+            computed=request.prompt_tokens,
+        )
+        self._seq_of[id(seq)] = result
+        arrive = self._now + 2 * p.hop_s + p.kv_transfer_s(request.prompt_tokens)
+        self._at(arrive, lambda: self._submit(d.decode_replica_id, seq, transferred=True))
+
+    def _finished(self, seq: Seq) -> None:
+        """The decode engine produced a request's last token: the client's view."""
+        result = self._seq_of.pop(id(seq))
+        hop = self._profile.hop_s
+        chunks = coalesce_times(
+            [t + hop for t in seq.token_times_s], self._layout.stream_batch_interval_s
+        )
+        result.ttft_s = chunks[0] - result.sent_s
+        result.e2e_s = chunks[-1] - result.sent_s
+        result.chunk_gaps_s = tuple(b - a for a, b in itertools.pairwise(chunks))
+        self._at(chunks[-1], self._client_done)
+
+    def _client_done(self) -> None:
+        """The client got a stream's end: a closed loop sends its next request."""
+        self._in_flight -= 1
+        self._fill()
+
+    # ---- engines ----
+
+    def _submit(self, engine_id: str, seq: Seq, transferred: bool = False) -> None:
+        engine = self._engines[engine_id]
+        if transferred:  # the pulled blocks are now in the decode engine's prefix cache
+            self._index.add_blocks(engine_id, seq.block_hashes)
+        engine.submit(seq)
+        if not engine.busy:
+            # Start at this instant but after every other arrival of the same instant, so
+            # requests that arrive together are scheduled together (as the engine loop does).
+            engine.busy = True
+            self._at(self._now, lambda: self._start_step(engine_id))
+
+    def _start_step(self, engine_id: str) -> None:
+        engine = self._engines[engine_id]
+        step = engine.plan(lambda hashes: self._index.num_cached_blocks(engine_id, hashes))
+        if step is None:
+            engine.busy = False
+            return
+        group = self._group_of[engine_id]
+        sharing = sum(
+            1
+            for eid, e in self._engines.items()
+            if e.busy and eid != engine_id and self._group_of[eid] == group
+        )
+        engine.busy = True
+        self._steps[engine_id] = step
+        self._at(self._now + step.duration_s * (1 + sharing), lambda: self._end_step(engine_id))
+
+    def _end_step(self, engine_id: str) -> None:
+        engine = self._engines[engine_id]
+        step = self._steps.pop(engine_id)
+        prefilled, done = engine.finish_step(step, self._now)
+        for seq in prefilled:
+            self._index.add_blocks(engine_id, seq.block_hashes)
+            result = self._seq_of.get(id(seq))
+            if result is not None and not seq.prefill_only:  # local prefill: first token now
+                self._work.finish(engine_id, seq.request_id)
+                result.cached_tokens = seq.cached_tokens
+        for seq in done:
+            if seq.prefill_only:
+                self._handoff(seq)
+            else:
+                self._finished(seq)
+        self._start_step(engine_id)

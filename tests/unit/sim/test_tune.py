@@ -1,0 +1,134 @@
+"""`pdserve tune`'s search, its config and Helm output, and the simulator profile fit."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pdserve.bench.config import BenchConfig
+from pdserve.cli import app
+from pdserve.config import PdserveConfig, load_config
+from pdserve.profiling.samples import ServingSample
+from pdserve.router.policy.cost_model import CostModel
+from pdserve.sim.fit import fit_sim_profile
+from pdserve.sim.profile import SimProfile
+from pdserve.sim.search import Candidate, apply, candidates, rank
+from pdserve.sim.tune_cli import helm_values
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+LOCAL = load_config(ROOT / "deploy" / "local.yaml")
+
+
+def test_the_search_covers_every_layout_within_the_budget() -> None:
+    points = candidates(3, [512, None], [0, 128])
+    shapes = {(c.mode, c.num_prefill, c.num_decode) for c in points}
+    assert shapes == {
+        ("aggregated", 0, 1), ("aggregated", 0, 2), ("aggregated", 0, 3),
+        ("disaggregated", 1, 1), ("disaggregated", 1, 2), ("disaggregated", 2, 1),
+    }  # fmt: skip
+    assert len(points) == 2 * (3 + 3 * 2)
+    assert all(c.num_devices <= 3 for c in points)
+    assert not any(c.mode == "aggregated" for c in candidates(3, [None], [0], aggregated=False))
+    with pytest.raises(ValueError, match="budget"):
+        candidates(0, [None], [0])
+
+
+def test_a_candidate_becomes_a_valid_config_with_one_core_per_engine() -> None:
+    agg = apply(LOCAL, Candidate("aggregated", 0, 2, 512, 0))
+    assert agg.aggregated and agg.decode.num_replicas == 2
+    assert agg.decode.cpu_cores_per_replica == [[0], [1]]
+    assert agg.decode.engine.prefill_chunk_tokens == 512
+    pd = apply(LOCAL, Candidate("disaggregated", 2, 1, None, 128))
+    assert (pd.prefill.num_replicas, pd.decode.num_replicas) == (2, 1)
+    assert pd.prefill.cpu_cores_per_replica == [[0], [1]]
+    assert pd.decode.cpu_cores_per_replica == [[2]]
+    assert pd.router.routing.local_prefill_max_cold_tokens == 128
+    assert pd.model == LOCAL.model and pd.router.admission == LOCAL.router.admission
+    gpu = apply(
+        PdserveConfig.model_validate(
+            {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
+        ),
+        Candidate("disaggregated", 1, 3, None, 0),
+    )
+    assert gpu.decode.num_gpus == 1 and gpu.decode.cpu_cores_per_replica is None
+
+
+def _profile() -> SimProfile:
+    return SimProfile(
+        cost_model=CostModel(fixed_overhead_s=0.02, per_token_s=2e-4, per_token_sq_s=0.0),
+        hop_s=0.002,
+    )
+
+
+def test_the_cheapest_layout_that_meets_the_target_ranks_first() -> None:
+    workload = BenchConfig(
+        workload="mixed", num_requests=300, request_rate=4.0, concurrency=64,
+        slo_ttft_s=1.5, slo_tpot_s=0.1,
+    )  # fmt: skip
+    ranked = rank(LOCAL, _profile(), workload, candidates(3, [512], [0]), target_goodput=0.9)
+    goodputs = [r.prediction.metrics.goodput_fraction or 0 for r in ranked]
+    meeting = [r for r, g in zip(ranked, goodputs, strict=True) if g >= 0.9]
+    assert meeting, "some layout must meet 90 % here"
+    assert ranked[: len(meeting)] == meeting  # every layout that meets the target first
+    assert ranked[0].candidate.num_devices == min(r.candidate.num_devices for r in meeting)
+
+
+def test_helm_values_size_the_worker_groups_and_refuse_aggregated() -> None:
+    workload = BenchConfig(workload="mixed", num_requests=50, request_rate=2.0)
+    [best] = rank(LOCAL, _profile(), workload, [Candidate("disaggregated", 2, 1, 512, 128)])
+    values = helm_values(best)
+    assert values["prefill"]["replicas"] == 2 and values["decode"]["maxReplicas"] == 1
+    assert values["pdserve"]["prefill"] == {
+        "num_replicas": 2, "autoscaling": None, "engine": {"prefill_chunk_tokens": 512},
+    }  # fmt: skip
+    [agg] = rank(LOCAL, _profile(), workload, [Candidate("aggregated", 0, 2, 512, 0)])
+    with pytest.raises(ValueError, match="aggregated"):
+        helm_values(agg)
+
+
+def test_tune_writes_a_config_that_deploys(tmp_path: pathlib.Path) -> None:
+    prof = tmp_path / "profile.json"
+    prof.write_text(_profile().model_dump_json())
+    out = tmp_path / "recommended.yaml"
+    result = CliRunner().invoke(
+        app,
+        [
+            "tune", "--profile", str(prof), "--config", str(ROOT / "deploy" / "local.yaml"),
+            "--devices", "2", "--num-requests", "100", "--request-rate", "3",
+            "--chunk-tokens", "512", "--local-thresholds", "0", "--write", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "recommended:" in result.output
+    cfg = load_config(out)
+    assert cfg.model == LOCAL.model
+    assert yaml.safe_load(out.read_text()) is not None
+
+
+def test_tune_rejects_bad_knob_lists(tmp_path: pathlib.Path) -> None:
+    prof = tmp_path / "profile.json"
+    prof.write_text(_profile().model_dump_json())
+    result = CliRunner().invoke(
+        app,
+        ["tune", "--profile", str(prof), "--config", str(ROOT / "deploy" / "local.yaml"),
+         "--devices", "2", "--chunk-tokens", "512,-3"],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "-3" in result.output
+
+
+def test_the_serving_latencies_are_fitted_from_idle_samples() -> None:
+    samples = [
+        ServingSample(n, router_s=0.004, prefill_hops_s=0.006, kv_wait_s=0.01 + 2e-6 * n,
+                      decode_hops_s=0.010, decode_first_token_s=0.02)
+        for n in (256, 1024, 2048, 3000)
+    ]  # fmt: skip
+    prof = fit_sim_profile(CostModel(), samples, source="test")
+    assert prof.router_s == pytest.approx(0.004)
+    assert prof.hop_s == pytest.approx(0.004)
+    assert prof.kv_transfer_fixed_s == pytest.approx(0.01)
+    assert prof.cost_model.kv_transfer_per_token_s == pytest.approx(2e-6)
+    with pytest.raises(ValueError, match="two prompt lengths"):
+        fit_sim_profile(CostModel(), samples[:1], source="test")

@@ -4,8 +4,9 @@ under the workload, ranked by goodput at the SLOs.
 Candidates: aggregated with 1..N engines, and every xPyD with x + y <= N, each engine on a
 device of its own (a core on CPU, its GPUs on cuda); for each, every prefill chunk size
 asked for and (disaggregated) every local-prefill threshold. Ranking: highest goodput (the
-fraction of requests meeting both SLOs): candidates that reach `target_goodput` come first,
-fewest devices first, then lowest TTFT p99; the rest follow by goodput.
+fraction of requests meeting both SLOs): candidates that reach `target_goodput` (and stay
+within the optional TTFT p99 / ITL p99 bounds) come first, fewest devices first, then lowest
+TTFT p99; the rest follow by goodput.
 """
 
 from __future__ import annotations
@@ -107,6 +108,21 @@ class Ranked:
     prediction: Prediction
 
 
+def meets_target(
+    r: Ranked,
+    target_goodput: float,
+    max_ttft_p99_s: float | None = None,
+    max_itl_p99_s: float | None = None,
+) -> bool:
+    """Goodput at least `target_goodput`, and TTFT / ITL p99 within the bounds given."""
+    m = r.prediction.metrics
+    if (m.goodput_fraction or 0.0) < target_goodput:
+        return False
+    if max_ttft_p99_s is not None and (m.ttft_p99_s is None or m.ttft_p99_s > max_ttft_p99_s):
+        return False
+    return max_itl_p99_s is None or (m.itl_p99_s is not None and m.itl_p99_s <= max_itl_p99_s)
+
+
 def rank(
     base: PdserveConfig,
     profile: SimProfile,
@@ -115,6 +131,8 @@ def rank(
     trace: Sequence[TraceRecord] = (),
     *,
     target_goodput: float = 0.99,
+    max_ttft_p99_s: float | None = None,
+    max_itl_p99_s: float | None = None,
 ) -> list[Ranked]:
     """Simulate every candidate and sort best first (see the module docstring)."""
     ranked = []
@@ -126,7 +144,7 @@ def rank(
     def key(r: Ranked) -> tuple[bool, float, int, float]:
         m = r.prediction.metrics
         goodput = m.goodput_fraction or 0.0
-        meets = goodput >= target_goodput
+        meets = meets_target(r, target_goodput, max_ttft_p99_s, max_itl_p99_s)
         return (not meets, 0.0 if meets else -goodput, r.candidate.num_devices, m.ttft_p99_s or 1e9)
 
     return sorted(ranked, key=key)

@@ -21,11 +21,12 @@ from pdserve.bench.cli import _opt
 from pdserve.bench.stats import sig3
 from pdserve.config import ConfigError, load_config
 from pdserve.sim.cli import _bench_config, _load_profile, _load_report, _trace
-from pdserve.sim.search import Ranked, candidates, rank
+from pdserve.sim.search import Ranked, candidates, meets_target, rank
 
 _NOT_WORKLOAD = {
     "profile", "config", "devices", "chunk_tokens", "local_thresholds", "no_aggregated",
-    "target_goodput", "workload_from", "top", "write", "write_helm",
+    "target_goodput", "workload_from", "top", "write", "write_helm", "max_ttft_p99_s",
+    "max_itl_p99_s",
 }  # fmt: skip
 
 
@@ -71,6 +72,14 @@ def tune(
             min=0, max=1, help="Fraction of requests that must meet both SLOs (TTFT, TPOT)."
         ),
     ] = 0.99,
+    max_ttft_p99_s: Annotated[
+        float | None,
+        typer.Option("--max-ttft-p99-s", min=0, help="Also require predicted TTFT p99 <= this."),
+    ] = None,
+    max_itl_p99_s: Annotated[
+        float | None,
+        typer.Option("--max-itl-p99-s", min=0, help="Also require predicted ITL p99 <= this."),
+    ] = None,
     workload_from: Annotated[
         pathlib.Path | None,
         typer.Option(help="Take the workload from a `pdserve bench --json` report (a run)."),
@@ -121,14 +130,18 @@ def tune(
     ]
     points = candidates(devices, chunks, thresholds, aggregated=not no_aggregated)
     with console.status(f"simulating {len(points)} candidates"):
-        ranked = rank(base, prof, cfg, points, records, target_goodput=target_goodput)
+        ranked = rank(
+            base, prof, cfg, points, records, target_goodput=target_goodput,
+            max_ttft_p99_s=max_ttft_p99_s, max_itl_p99_s=max_itl_p99_s,
+        )  # fmt: skip
     console.print(_table(ranked[:top], cfg.slo_ttft_s, cfg.slo_tpot_s, target_goodput))
     best = ranked[0]
     goodput = best.prediction.metrics.goodput_fraction or 0.0
-    if goodput < target_goodput:
+    if not meets_target(best, target_goodput, max_ttft_p99_s, max_itl_p99_s):
         console.print(
-            f"[red]no candidate reaches goodput {target_goodput:.0%}[/red] (best: "
-            f"{best.candidate.label()} at {goodput:.1%}): more devices, looser SLOs or less load"
+            f"[red]no candidate reaches goodput {target_goodput:.0%} within the p99 bounds[/red] "
+            f"(best: {best.candidate.label()} at {goodput:.1%}): more devices, looser SLOs or "
+            "less load"
         )
         raise typer.Exit(1)
     m = best.prediction.metrics

@@ -132,3 +132,16 @@ def test_the_serving_latencies_are_fitted_from_idle_samples() -> None:
     assert prof.cost_model.kv_transfer_per_token_s == pytest.approx(2e-6)
     with pytest.raises(ValueError, match="two prompt lengths"):
         fit_sim_profile(CostModel(), samples[:1], source="test")
+
+
+def test_p99_bounds_turn_a_layout_down_whatever_its_goodput() -> None:
+    from pdserve.sim.search import meets_target
+
+    workload = BenchConfig(workload="mixed", num_requests=100, request_rate=3.0)
+    [r] = rank(LOCAL, _profile(), workload, [Candidate("aggregated", 0, 1, None, 0)])
+    itl_p99 = r.prediction.metrics.itl_p99_s
+    assert itl_p99 is not None and (r.prediction.metrics.goodput_fraction or 0) >= 0.9
+    assert meets_target(r, 0.9)
+    assert meets_target(r, 0.9, max_itl_p99_s=itl_p99 * 1.01)
+    assert not meets_target(r, 0.9, max_itl_p99_s=itl_p99 * 0.99)
+    assert not meets_target(r, 0.9, max_ttft_p99_s=0.0)

@@ -44,12 +44,15 @@ class _Timeline:
     error: str | None = None
     num_content_chunks: int = 0
     retry_after_s: float | None = None
+    stages: tuple[tuple[str, float], ...] = ()
 
     def add(self, chunk: StreamChunk, now: float) -> None:
         if chunk.error is not None:
             self.error = chunk.error
         if chunk.usage is not None:
             self.usage = chunk.usage
+        if chunk.stages:
+            self.stages = chunk.stages
         if chunk.has_choice and self.first_choice is None:
             self.first_choice = now
         if chunk.text:
@@ -134,6 +137,7 @@ class BenchClient:
             agent=spec.agent,
             step=spec.step,
             retry_after_s=tl.retry_after_s,
+            stages=tl.stages,
         )
 
     async def _stream(

@@ -21,7 +21,14 @@ from rich.progress import (
 from pdserve.bench.client import BenchClient, BenchError
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.deployments import run_deployments
-from pdserve.bench.render import error_lines, ratios_table, results_table, reuse_line, steps_table
+from pdserve.bench.render import (
+    error_lines,
+    ratios_table,
+    results_table,
+    reuse_line,
+    stages_table,
+    steps_table,
+)
 from pdserve.bench.report import BenchReport, build_report
 from pdserve.bench.runner import Runner, RunOutcome
 
@@ -43,6 +50,9 @@ async def _run(cfg: BenchConfig, progress: Progress) -> RunOutcome:
 def show(report: BenchReport, console: Console) -> None:
     """Print the tables of a report."""
     console.print(results_table(report))
+    stages = stages_table(report)
+    if stages is not None:
+        console.print(stages)
     if report.workload == "agent":
         for name, policy in report.policies.items():
             console.print(steps_table(name, policy))

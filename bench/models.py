@@ -71,6 +71,7 @@ class RequestResult:
     `chunk_gaps_s` are the gaps between consecutive non-empty content chunks (one chunk may
     carry several tokens). Token counts come from `usage` (None when the server sent none).
     `retry_after_s` is the `Retry-After` header of an HTTP error answer (None without one).
+    `stages` is pdserve's own timeline of the request (stage, seconds; empty elsewhere).
     """
 
     index: int
@@ -88,6 +89,7 @@ class RequestResult:
     agent: int | None = None
     step: int | None = None
     retry_after_s: float | None = None
+    stages: tuple[tuple[str, float], ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -50,6 +50,33 @@ def results_table(report: BenchReport) -> Table:
     return table
 
 
+def stages_table(report: BenchReport) -> Table | None:
+    """Where the time went: pdserve's timeline stages, p50 / p99 in ms, one column per
+    policy (and class); None when the server reported no timeline."""
+    cols = [(h, m) for h, m in _columns(report) if m.stages]
+    if not cols:
+        return None
+    table = Table(
+        title="pdserve timeline stages, p50 / p99 (ms)",
+        caption="from each stream's pdserve_timing; kv_transfer = decode's wait for the KV "
+        "(or, local prefill, its queue); *_hops = Ray Serve round trips",
+    )
+    table.add_column("stage")
+    for header, _ in cols:
+        table.add_column(header, justify="right")
+    names = list(dict.fromkeys(n for _, m in cols for n in (m.stages or {})))
+    for name in names:
+        cells = []
+        for _, m in cols:
+            st = (m.stages or {}).get(name)
+            cells.append(
+                "-" if st is None or st.p50_s is None or st.p99_s is None
+                else f"{st.p50_s * 1000:.0f} / {st.p99_s * 1000:.0f}"
+            )  # fmt: skip
+        table.add_row(name, *cells)
+    return table
+
+
 def steps_table(name: str, policy: PolicyReport) -> Table:
     """Agent workload: per step, means over agents."""
     table = Table(title=f"agent steps ({name}); means over agents")

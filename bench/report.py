@@ -17,6 +17,7 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import PhaseOutcome, RequestResult
 from pdserve.bench.prompts import Calibration
 from pdserve.bench.stats import mean, rate, ratio, summarize
+from pdserve.router.timeline import STAGES
 
 SCHEMA_VERSION = 1
 RATIO_FIELDS = (
@@ -34,8 +35,19 @@ class ReportModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class StageStats(ReportModel):
+    """One stage of pdserve's per-request timeline over a set of requests (seconds)."""
+
+    num_requests: int
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+
+
 class Metrics(ReportModel):
-    """Latency percentiles (seconds), throughput and goodput of a set of requests."""
+    """Latency percentiles (seconds), throughput and goodput of a set of requests. `stages`:
+    pdserve's timeline stages (router_queue, prefill, kv_transfer, ...) over the successful
+    requests that reported one, in path order; None against other servers."""
 
     num_requests: int
     num_errors: int
@@ -57,6 +69,7 @@ class Metrics(ReportModel):
     goodput_fraction: float | None
     goodput_per_s: float | None
     prompt_tokens_mean: float | None
+    stages: dict[str, StageStats] | None = None
 
 
 class StepRow(ReportModel):
@@ -139,7 +152,26 @@ def build_metrics(results: Sequence[RequestResult], wall_s: float, cfg: BenchCon
         goodput_fraction=num_good / len(results) if results else None,
         goodput_per_s=rate(num_good, wall_s),
         prompt_tokens_mean=mean([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
+        stages=build_stages(ok),
     )
+
+
+def build_stages(ok: Sequence[RequestResult]) -> dict[str, StageStats] | None:
+    """Per stage of pdserve's timeline: how many requests reported it and its percentiles
+    (a request that skipped a stage, e.g. a local prefill's `prefill`, is not counted)."""
+    by_stage: dict[str, list[float]] = {}
+    for r in ok:
+        for name, seconds in r.stages:
+            by_stage.setdefault(name, []).append(seconds)
+    if not by_stage:
+        return None
+    order = {name: i for i, name in enumerate(STAGES)}
+    out = {}
+    for name in sorted(by_stage, key=lambda n: (order.get(n, len(order)), n)):
+        values = by_stage[name]
+        sm = summarize(values)
+        out[name] = StageStats(num_requests=len(values), p50_s=sm.p50, p90_s=sm.p90, p99_s=sm.p99)
+    return out
 
 
 def build_steps(results: Sequence[RequestResult]) -> list[StepRow]:

@@ -40,6 +40,9 @@ class StreamChunk:
     error: str | None = None
     done: bool = False
     has_choice: bool = False
+    stages: tuple[tuple[str, float], ...] = ()
+    """pdserve's per-request timeline (`pdserve_timing` of the final usage chunk: stage name
+    and seconds, in path order); empty from other servers."""
 
 
 async def aiter_events(response: httpx.Response) -> AsyncIterator[SSEEvent]:
@@ -102,5 +105,15 @@ def read_chunk(event: SSEEvent) -> StreamChunk:
             text = (choice.get("delta") or {}).get("content")
         texts.append(text or "")
     return StreamChunk(
-        text="".join(texts), usage=_usage(body.get("usage")), has_choice=bool(choices)
+        text="".join(texts),
+        usage=_usage(body.get("usage")),
+        has_choice=bool(choices),
+        stages=_stages(body.get("pdserve_timing")),
     )
+
+
+def _stages(timing: Any) -> tuple[tuple[str, float], ...]:
+    """(stage, seconds) pairs of a `pdserve_timing` object; () for anything else."""
+    if not isinstance(timing, dict):
+        return ()
+    return tuple((str(k), float(v)) for k, v in timing.items() if isinstance(v, (int, float)))

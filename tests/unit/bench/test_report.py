@@ -207,3 +207,29 @@ def test_bad_deployments_options_say_what_to_fix(
     f.write_text("{}\n")
     with pytest.raises(ValueError, match=fragment):
         BenchConfig(deployments=tuple(d.format(f=f) for d in deployments), policies=policies)
+
+
+def test_timeline_stages_are_summarized_in_path_order_per_class() -> None:
+    from pdserve.bench.render import stages_table
+
+    remote = (("router_queue", 0.001), ("prefill", 0.2), ("kv_transfer", 0.01), ("decode", 0.3))
+    local = (("router_queue", 0.002), ("kv_transfer", 0.0), ("decode", 0.3))
+    results = [
+        _result(0, request_class="long", stages=tuple(reversed(remote))),
+        _result(1, request_class="short", stages=local),
+        _result(2, request_class="short", stages=local, error="HTTP 500"),
+    ]
+    cfg = BenchConfig(workload="mixed")
+    report = build_report(cfg, "m", None, [PhaseOutcome("default", 0, tuple(results), 1.0)], False)
+    stages = report.policies["default"].stages
+    assert stages is not None
+    assert list(stages) == ["router_queue", "prefill", "kv_transfer", "decode"]
+    assert stages["prefill"].num_requests == 1  # the local prefill has no prefill stage
+    assert stages["router_queue"].num_requests == 2  # the failed request is left out
+    classes = report.policies["default"].classes or {}
+    short = classes["short"].stages
+    assert short is not None and "prefill" not in short
+    table = stages_table(report)
+    assert table is not None and table.row_count == 4
+    plain = build_report(cfg, "m", None, [PhaseOutcome("default", 0, (_result(0),), 1.0)], False)
+    assert plain.policies["default"].stages is None and stages_table(plain) is None

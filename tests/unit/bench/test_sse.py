@@ -146,3 +146,15 @@ def test_done() -> None:
 )
 def test_errors_in_stream(event: SSEEvent, message: str) -> None:
     assert read_chunk(event).error == message
+
+
+def test_pdserve_timing_of_the_usage_chunk_is_read_in_order() -> None:
+    body = {
+        "choices": [],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+        "pdserve_timing": {"router_queue": 0.001, "prefill": 0.05, "decode": 0.2, "note": "x"},
+    }
+    chunk = read_chunk(SSEEvent(event="message", data=json.dumps(body)))
+    assert chunk.stages == (("router_queue", 0.001), ("prefill", 0.05), ("decode", 0.2))
+    plain = read_chunk(SSEEvent(event="message", data=json.dumps({"choices": []})))
+    assert plain.stages == ()

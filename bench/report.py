@@ -27,6 +27,8 @@ RATIO_FIELDS = (
 TOKEN_RATIO_FIELDS = ("prompt_tokens_total", "cached_tokens_total", "prefilled_tokens_total")
 CLASS_RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "requests_per_s")
 NUM_ERROR_SAMPLES = 10
+CLIENT_OVERHEAD = "client_overhead"
+"""The pseudo-stage of `Metrics.stages` outside the router's timeline (see build_stages)."""
 
 
 class ReportModel(BaseModel):
@@ -158,11 +160,16 @@ def build_metrics(results: Sequence[RequestResult], wall_s: float, cfg: BenchCon
 
 def build_stages(ok: Sequence[RequestResult]) -> dict[str, StageStats] | None:
     """Per stage of pdserve's timeline: how many requests reported it and its percentiles
-    (a request that skipped a stage, e.g. a local prefill's `prefill`, is not counted)."""
+    (a request that skipped a stage, e.g. a local prefill's `prefill`, is not counted), plus
+    `client_overhead`: the TTFT this client saw minus the router's stages up to the first
+    token (HTTP in and out of the router, the client's own work)."""
     by_stage: dict[str, list[float]] = {}
     for r in ok:
         for name, seconds in r.stages:
             by_stage.setdefault(name, []).append(seconds)
+        if r.stages and r.ttft_s is not None:
+            router_ttft = sum(v for name, v in r.stages if name != "decode")
+            by_stage.setdefault(CLIENT_OVERHEAD, []).append(max(0.0, r.ttft_s - router_ttft))
     if not by_stage:
         return None
     order = {name: i for i, name in enumerate(STAGES)}

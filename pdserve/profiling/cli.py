@@ -123,7 +123,8 @@ def profile(
             raise typer.Exit(1) from exc
         console.print(f"samples and coefficients written to {json_path}")
     if sim_profile is not None:
-        _write_sim_profile(sim_profile, new, measured, url, console)
+        cpu = cfg is not None and cfg.platform == "cpu"
+        _write_sim_profile(sim_profile, new, measured, url, console, cpu=cpu)
     comment = (
         f"fitted by `pdserve profile` on {datetime.date.today().isoformat()}: "
         f"{len(measured.prefill)} prefill + {len(decode)} decode samples"
@@ -136,13 +137,23 @@ def profile(
 
 
 def _write_sim_profile(
-    path: pathlib.Path, model: CostModel, measured: Measurements, url: str, console: Console
+    path: pathlib.Path,
+    model: CostModel,
+    measured: Measurements,
+    url: str,
+    console: Console,
+    *,
+    cpu: bool,
 ) -> None:
+    """The simulator profile; on a CPU cluster (--config says platform cpu) it records this
+    machine's cores as the host the engines share with the serving layer."""
     from pdserve.sim.fit import fit_sim_profile
 
     source = f"pdserve profile of {url} on {datetime.date.today().isoformat()}"
     try:
         prof = fit_sim_profile(model, measured.serving, source=source)
+        if cpu:
+            prof = prof.model_copy(update={"host_cores": len(os.sched_getaffinity(0))})
         path.write_text(prof.model_dump_json(indent=2) + "\n")
     except ValueError as exc:
         console.print(f"[red]cannot fit the simulator profile:[/red] {escape(str(exc))}")

@@ -22,11 +22,15 @@ from pdserve.bench.report import BenchReport
 from pdserve.bench.stats import sig3
 from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
-from pdserve.sim.layout import layout_from_config
+from pdserve.sim.fit import fit_host_contention
+from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import ComparedRow, Prediction, compare, predict
 from pdserve.sim.profile import SimProfile
 
-_NOT_WORKLOAD = ("profile", "config", "measured", "check", "json_path")
+_NOT_WORKLOAD = (
+    "profile", "config", "measured", "check", "json_path", "fit_host_on", "host_cores",
+    "write_profile",
+)  # fmt: skip
 P50_TOLERANCE = 0.15
 P99_TOLERANCE = 0.30
 
@@ -68,6 +72,21 @@ def simulate(
             "p99 within 30 % of the measurement."
         ),
     ] = False,
+    fit_host_on: Annotated[
+        str | None,
+        typer.Option(
+            help="With --measured: first fit the host contention (how much slower the serving "
+            "layer's hops get while engines occupy the host's cores; CPU machines) on this "
+            "deployment's measured timeline, then predict every deployment with it."
+        ),
+    ] = None,
+    host_cores: Annotated[
+        int, typer.Option(min=1, help="With --fit-host-on: cores the measured machine had.")
+    ] = 2,
+    write_profile: Annotated[
+        pathlib.Path | None,
+        typer.Option(help="With --fit-host-on: save the profile with the fitted contention."),
+    ] = None,
     workload: Annotated[str | None, _opt("workload", extra=" mixed|synthetic|trace.")] = None,
     num_requests: Annotated[int | None, _opt("num_requests")] = None,
     concurrency: Annotated[int | None, _opt("concurrency")] = None,
@@ -98,14 +117,19 @@ def simulate(
     cfg = _bench_config(report, options, console)
     names = _deployments(config, report, console)
     records = _trace(cfg, console)
-    predictions = []
+    layouts = {}
     for name, path in names.items():
         try:
-            layout = layout_from_config(load_config(path), name=name)
+            layouts[name] = layout_from_config(load_config(path), name=name)
         except ConfigError as exc:
             console.print(f"[red]config error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
-        predictions.append(predict(name, layout, prof, cfg, records))
+    if fit_host_on is not None:
+        prof = _fit_host(prof, report, layouts, fit_host_on, cfg, host_cores, console)
+        if write_profile is not None:
+            write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
+            console.print(f"profile written to {write_profile}")
+    predictions = [predict(n, lay, prof, cfg, records) for n, lay in layouts.items()]
     console.print(_predictions_table(predictions, cfg))
     rows = compare(predictions, report) if report is not None else []
     if rows:
@@ -121,6 +145,30 @@ def simulate(
                 f"{sig3(r.predicted)}, measured {sig3(r.measured)} (x{sig3(r.ratio)})"
             )
         raise typer.Exit(1 if misses else 0)
+
+
+def _fit_host(
+    prof: SimProfile,
+    report: BenchReport | None,
+    layouts: dict[str, SimLayout],
+    name: str,
+    cfg: BenchConfig,
+    host_cores: int,
+    console: Console,
+) -> SimProfile:
+    measured = report.policies.get(name) if report is not None else None
+    if measured is None or name not in layouts:
+        console.print(f"[red]error:[/red] --fit-host-on {name}: needs --measured with that phase")
+        raise typer.Exit(2)
+    try:
+        fitted = fit_host_contention(prof, layouts[name], cfg, measured, host_cores=host_cores)
+    except ValueError as exc:
+        console.print(f"[red]cannot fit host contention:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    console.print(
+        f"host contention fitted on {name}: {fitted.host_contention:.2f} ({host_cores} host cores)"
+    )
+    return fitted
 
 
 def _load_profile(path: pathlib.Path, console: Console) -> SimProfile:

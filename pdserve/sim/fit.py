@@ -1,15 +1,22 @@
-"""Fit the simulator's serving latencies from `pdserve profile` samples (pure)."""
+"""Fit the simulator's serving latencies: from `pdserve profile` samples on an idle cluster,
+and their growth under load from a measured run's timeline (pure)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
 import numpy as np
 
+from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import CLIENT_OVERHEAD, Metrics
 from pdserve.profiling.samples import ServingSample
 from pdserve.router.policy.cost_model import CostModel
+from pdserve.sim.layout import SimLayout
+from pdserve.sim.predict import workload_requests
 from pdserve.sim.profile import SimProfile
+from pdserve.sim.simulator import Simulation
 
 
 def fit_sim_profile(
@@ -38,4 +45,48 @@ def fit_sim_profile(
         hop_s=statistics.median(hops),
         kv_transfer_fixed_s=max(0.0, float(fixed)),
         source=source,
+    )
+
+
+Z99 = 2.3263
+"""The standard normal's 99th percentile: a log-normal's p99 / p50 is exp(Z99 x sigma)."""
+
+
+def fit_host_contention(
+    profile: SimProfile,
+    layout: SimLayout,
+    workload: BenchConfig,
+    measured: Metrics,
+    *,
+    host_cores: int,
+) -> SimProfile:
+    """`profile` with `host_cores`, the `host_contention` that makes one Ray Serve hop under
+    load as long as in a measured run (the run's median hop, (prefill_hops + decode_hops) p50 /
+    4 over its remote prefills, against the idle hop, divided by the mean fraction of host
+    cores the simulation finds busy at its hops), the `serving_jitter_sigma` of a
+    log-normal with the run's prefill_hops p99 / p50, and `client_s` from the run's
+    client_overhead p50 (0 when the run did not record it). Raises ValueError when the run has no
+    remote-prefill timeline (aggregated, or not pdserve)."""
+    stages = measured.stages or {}
+    pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")
+    if pre is None or dec is None or pre.p50_s is None or dec.p50_s is None:
+        raise ValueError("the measured run has no remote-prefill timeline to fit hops from")
+    loaded_hop_s = (pre.p50_s + dec.p50_s) / 4
+    base = profile.model_copy(update={"host_cores": host_cores, "host_contention": 0.0})
+    sim = Simulation(layout, base, concurrency=workload.concurrency)
+    sim.run(workload_requests(workload, layout.engines[0].limits.block_size_tokens))
+    busy = statistics.fmean(sim.busy_samples) / host_cores if sim.busy_samples else 0.0
+    ratio = loaded_hop_s / profile.hop_s if profile.hop_s > 0 else 1.0
+    contention = max(0.0, (ratio - 1) / busy) if busy > 0 else 0.0
+    client = stages.get(CLIENT_OVERHEAD)
+    client_s = client.p50_s if client is not None and client.p50_s is not None else 0.0
+    spread = pre.p99_s / pre.p50_s if pre.p99_s is not None and pre.p50_s > 0 else 1.0
+    sigma = min(3.0, max(0.0, math.log(spread) / Z99)) if spread > 1 else 0.0
+    return base.model_copy(
+        update={
+            "host_contention": contention,
+            "serving_jitter_sigma": sigma,
+            "client_s": client_s,
+            "source": f"{profile.source}; host contention fitted on {layout.name}",
+        }
     )

@@ -35,6 +35,9 @@ class SimLayout:
     engines: tuple[EngineSpec, ...]
     policy: PolicyConfig
     stream_batch_interval_s: float
+    kv_pull_between_prefill_steps: bool = False
+    """CPU with NIXL's progress thread off: the prefill engine's loop progresses a KV pull, so
+    a pull waits while that engine is inside a step."""
 
     def pool(self, pool: PoolName) -> tuple[EngineSpec, ...]:
         return tuple(e for e in self.engines if e.pool == pool)
@@ -91,4 +94,7 @@ def layout_from_config(config: PdserveConfig, name: str | None = None) -> SimLay
         engines=tuple(engines),
         policy=policy,
         stream_batch_interval_s=config.router.stream_batch_interval_ms / 1000.0,
+        kv_pull_between_prefill_steps=(
+            config.platform == "cpu" and not config.kv_transfer.progress_thread
+        ),
     )

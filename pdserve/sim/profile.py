@@ -48,7 +48,49 @@ class SimProfile(StrictModel):
             "polling floor); the per-token term is cost_model.kv_transfer_per_token_s."
         ),
     )
+    host_cores: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "CPU machines: the cores the engines share with the serving layer (router, Ray "
+            "Serve replicas); None = the serving layer has CPUs of its own (GPU nodes)."
+        ),
+    )
+    host_contention: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "With host_cores: the remote-prefill path's hops and KV transfer grow by this "
+            "factor x the fraction of host cores busy with engine steps at that moment "
+            "(fitted from a measured run's timeline by `fit_host_contention`)."
+        ),
+    )
+    serving_jitter_sigma: float = Field(
+        default=0.0,
+        ge=0,
+        le=3,
+        description=(
+            "Spread of the remote-prefill path's hops and KV transfer: each is its modelled "
+            "value times a log-normal factor of median 1 and this sigma (0 = exact; fitted "
+            "with host_contention from a measured run's prefill_hops p99 / p50)."
+        ),
+    )
+    client_s: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Time outside the router's timeline before a client sees its first token: HTTP "
+            "into and out of the router and the client's own work (fitted from a measured "
+            "run's client_overhead p50; 0 = not modelled)."
+        ),
+    )
     source: str = Field(default="defaults", description="Where the numbers came from.")
+
+    def serving_s(self, base_s: float, busy_cores: int) -> float:
+        """A serving-layer time while `busy_cores` host cores run engine steps."""
+        if self.host_cores is None:
+            return base_s
+        return base_s * (1 + self.host_contention * min(1.0, busy_cores / self.host_cores))
 
     def kv_transfer_s(self, num_tokens: int) -> float:
         """Seconds to move `num_tokens` tokens' KV from a prefill to a decode engine."""

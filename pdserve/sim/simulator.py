@@ -10,12 +10,16 @@ A request's path, mirroring pdserve's:
    queued prefill tokens, KV usage) and the shared prefix index (engines add a prompt's blocks
    when they finish computing it, as vLLM's KV events do);
 3. remote prefill: one hop to the prefill engine, its prompt in chunks, one hop back and one
-   to the decode engine, the KV transfer (`kv_transfer_s`), then the decode engine's first
+   to the decode engine, the KV transfer (`kv_transfer_s`; on CPU without NIXL's progress
+   thread it starts only between the prefill engine's steps), then the decode engine's first
    step yields the first token. Local prefill (and every request when aggregated): one hop to
    the decode engine, which computes the prompt itself;
 4. each token reaches the client one hop after its engine step, coalesced like the decode
    replica's stream (`stream_batch_interval_s`: the first and last at once, otherwise at most
    one chunk per interval).
+On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops and KV transfer
+stretch with the host cores busy with engine steps and spread log-normally
+(`host_contention`, `serving_jitter_sigma`, fitted from a measured run's timeline).
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
 """
@@ -25,6 +29,8 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -90,8 +96,11 @@ class Simulation:
         *,
         concurrency: int | None = None,
         policy: PolicyName = "pdserve",
+        seed: int = 0,
     ):
-        """`concurrency`: the client's cap on requests in flight (None = no cap)."""
+        """`concurrency`: the client's cap on requests in flight (None = no cap). `seed`: the
+        random draws of the serving-layer jitter (the only randomness; same seed, same run)."""
+        self._rng = random.Random(seed)
         self._layout = layout
         self._profile = profile
         self._concurrency = concurrency
@@ -121,6 +130,9 @@ class Simulation:
         self._results: dict[str, SimResult] = {}
         self._steps: dict[str, Step] = {}
         self._seq_of: dict[int, SimResult] = {}
+        self._step_end: dict[str, float] = {}
+        self.busy_samples: list[int] = []
+        """Busy device groups at each serving-layer delay (for fitting host contention)."""
 
     # ---- event loop ----
 
@@ -203,7 +215,8 @@ class Simulation:
         self._work.start(
             prefilling, request.request_id, d.est_prefill_s, d.engine_priority, self._now
         )
-        hop = self._profile.hop_s
+        remote = d.prefill_replica_id is not None
+        hop = self._serving(self._profile.hop_s) if remote else self._profile.hop_s
         seq = Seq(
             request_id=request.request_id,
             prompt_tokens=request.prompt_tokens,
@@ -234,15 +247,27 @@ class Simulation:
             computed=request.prompt_tokens,
         )
         self._seq_of[id(seq)] = result
-        arrive = self._now + 2 * p.hop_s + p.kv_transfer_s(request.prompt_tokens)
-        self._at(arrive, lambda: self._submit(d.decode_replica_id, seq, transferred=True))
+        pull_at = self._now + self._serving(2 * p.hop_s)
+        prefill_id = d.prefill_replica_id
+        self._at(pull_at, lambda: self._pull(prefill_id, d.decode_replica_id, seq))
+
+    def _pull(self, prefill_id: str, decode_id: str, seq: Seq) -> None:
+        """The decode engine pulls the KV; on CPU without NIXL's progress thread the pull
+        waits for the prefill engine to finish the step it is in."""
+        if self._layout.kv_pull_between_prefill_steps and self._engines[prefill_id].busy:
+            end = self._step_end.get(prefill_id, self._now)
+            if end > self._now:
+                self._at(end, lambda: self._pull(prefill_id, decode_id, seq))
+                return
+        transfer = self._serving(self._profile.kv_transfer_s(seq.prompt_tokens))
+        self._at(self._now + transfer, lambda: self._submit(decode_id, seq, transferred=True))
 
     def _finished(self, seq: Seq) -> None:
         """The decode engine produced a request's last token: the client's view."""
         result = self._seq_of.pop(id(seq))
-        hop = self._profile.hop_s
+        late = self._profile.hop_s + self._profile.client_s
         chunks = coalesce_times(
-            [t + hop for t in seq.token_times_s], self._layout.stream_batch_interval_s
+            [t + late for t in seq.token_times_s], self._layout.stream_batch_interval_s
         )
         result.ttft_s = chunks[0] - result.sent_s
         result.e2e_s = chunks[-1] - result.sent_s
@@ -253,6 +278,16 @@ class Simulation:
         """The client got a stream's end: a closed loop sends its next request."""
         self._in_flight -= 1
         self._fill()
+
+    def _serving(self, base_s: float) -> float:
+        """A time on the remote-prefill path (the prefill call, the handoff, the KV pull) now:
+        longer while engine steps occupy the host's cores, and spread by the jitter. (On this
+        path the measured hops grow 5-10x under load; a local prefill's barely move.)"""
+        busy_groups = {self._group_of[eid] for eid, e in self._engines.items() if e.busy}
+        self.busy_samples.append(len(busy_groups))
+        seconds = self._profile.serving_s(base_s, len(busy_groups))
+        sigma = self._profile.serving_jitter_sigma
+        return seconds * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else seconds
 
     # ---- engines ----
 
@@ -281,12 +316,15 @@ class Simulation:
         )
         engine.busy = True
         self._steps[engine_id] = step
-        self._at(self._now + step.duration_s * (1 + sharing), lambda: self._end_step(engine_id))
+        end = self._now + step.duration_s * (1 + sharing)
+        self._step_end[engine_id] = end
+        self._at(end, lambda: self._end_step(engine_id))
 
     def _end_step(self, engine_id: str) -> None:
         engine = self._engines[engine_id]
         step = self._steps.pop(engine_id)
         prefilled, done = engine.finish_step(step, self._now)
+        engine.busy = False  # until _start_step below finds more work
         for seq in prefilled:
             self._index.add_blocks(engine_id, seq.block_hashes)
             result = self._seq_of.get(id(seq))

@@ -223,13 +223,16 @@ def test_timeline_stages_are_summarized_in_path_order_per_class() -> None:
     report = build_report(cfg, "m", None, [PhaseOutcome("default", 0, tuple(results), 1.0)], False)
     stages = report.policies["default"].stages
     assert stages is not None
-    assert list(stages) == ["router_queue", "prefill", "kv_transfer", "decode"]
+    assert list(stages) == ["router_queue", "prefill", "kv_transfer", "decode", "client_overhead"]
+    # Client TTFT 0.1 s each: the long's 0.211 s of router stages floor it at 0; the short's
+    # 0.002 s leave 0.098 s outside the router.
+    assert stages["client_overhead"].p50_s == pytest.approx((0.0 + 0.098) / 2)
     assert stages["prefill"].num_requests == 1  # the local prefill has no prefill stage
     assert stages["router_queue"].num_requests == 2  # the failed request is left out
     classes = report.policies["default"].classes or {}
     short = classes["short"].stages
     assert short is not None and "prefill" not in short
     table = stages_table(report)
-    assert table is not None and table.row_count == 4
+    assert table is not None and table.row_count == 5
     plain = build_report(cfg, "m", None, [PhaseOutcome("default", 0, (_result(0),), 1.0)], False)
     assert plain.policies["default"].stages is None and stages_table(plain) is None

@@ -1,12 +1,13 @@
-"""The simulator against recorded measurements of this machine (fixtures/: the profile
-`pdserve profile --sim-profile` fitted, and `pdserve bench --deployments` reports of the mixed
-workload on aggregated, 1P1D and 2P1D; bench/RESULTS.md "Simulator against measurements").
+"""The simulator against a recorded run of this machine (fixtures/: the profile `pdserve
+profile --sim-profile` fitted on an idle 1P1D cluster, and a `pdserve bench --deployments`
+report of the mixed workload on aggregated, 1P1D and 2P1D with pdserve's timeline stages;
+bench/RESULTS.md "Simulator against measurements").
 
-What it keeps: decode ITL p50 within 15 % for every deployment and request class (the
-issue's bound), throughput within 5 %, and the aggregated-vs-1P1D ITL p99 ordering the
-measurement shows. What it does not reach yet, and so does not assert: TTFT p50 within 15 %
-and p99 within 30 % (short-request TTFT medians are predicted 30-45 % low and TTFT p99 2-9x
-low: the model leaves out the host CPU the engines share with the serving layer here)."""
+The host contention (how the remote-prefill path slows while engines occupy this 2-core
+machine) is fitted on the 1P1D run only; aggregated and 2P1D are then predicted out of
+sample. What the test keeps is what holds today; what does not hold is listed in RESULTS.md
+(short-request TTFT p99 2.8-4.3x low; aggregated long TTFT p50 18 % low; 2P1D short TTFT p50
+18 % low)."""
 
 from __future__ import annotations
 
@@ -17,52 +18,71 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport
 from pdserve.config import load_config
-from pdserve.sim.layout import layout_from_config
-from pdserve.sim.predict import Prediction, compare, predict
+from pdserve.sim.fit import fit_host_contention
+from pdserve.sim.layout import SimLayout, layout_from_config
+from pdserve.sim.predict import ComparedRow, compare, predict
 from pdserve.sim.profile import SimProfile
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-CONFIGS = {
-    "aggregated": "local-aggregated.yaml",
-    "1p1d": "local.yaml",
-    "2p1d": "local-2p1d.yaml",
-}
-REPORTS = {"aggregated-vs-1p1d.json": ("aggregated", "1p1d"), "mixed-2p1d.json": ("2p1d",)}
+CONFIGS = {"aggregated": "local-aggregated.yaml", "1p1d": "local.yaml", "2p1d": "local-2p1d.yaml"}
 
 
-def _run(report_name: str) -> tuple[BenchReport, list[Prediction]]:
-    report = BenchReport.model_validate_json((FIXTURES / report_name).read_text())
+def _rows() -> dict[tuple[str, str, str], ComparedRow]:
+    report = BenchReport.model_validate_json((FIXTURES / "mixed-3way-stages.json").read_text())
     workload = BenchConfig.model_validate({**report.config, "deployments": (), "json_path": None})
-    profile = SimProfile.load(FIXTURES / "sim-profile-local.json")
-    predictions = [
-        predict(
-            name,
-            layout_from_config(load_config(ROOT / "deploy" / CONFIGS[name]), name=name),
-            profile,
-            workload,
-        )
-        for name in REPORTS[report_name]
-    ]
-    return report, predictions
+    layouts: dict[str, SimLayout] = {
+        name: layout_from_config(load_config(ROOT / "deploy" / path), name=name)
+        for name, path in CONFIGS.items()
+    }
+    idle = SimProfile.load(FIXTURES / "sim-profile-local.json")
+    profile = fit_host_contention(
+        idle, layouts["1p1d"], workload, report.policies["1p1d"], host_cores=2
+    )
+    assert profile.host_contention > 0 and profile.client_s > 0
+    predictions = [predict(n, lay, profile, workload) for n, lay in layouts.items()]
+    return {(r.deployment, r.scope, r.field): r for r in compare(predictions, report)}
 
 
-@pytest.mark.parametrize("report_name", sorted(REPORTS))
-def test_itl_medians_and_throughput_match_the_measurement(report_name: str) -> None:
-    report, predictions = _run(report_name)
-    rows = compare(predictions, report)
-    assert {r.deployment for r in rows} == set(REPORTS[report_name])
-    itl = [r for r in rows if r.field == "itl_p50_s"]
-    assert len(itl) == 3 * len(predictions)  # all, short, long
-    for r in itl:
-        assert r.ratio == pytest.approx(1.0, abs=0.15), r
-    for r in (r for r in rows if r.field == "requests_per_s"):
-        assert r.ratio == pytest.approx(1.0, abs=0.05), r
+@pytest.fixture(scope="module")
+def rows() -> dict[tuple[str, str, str], ComparedRow]:
+    return _rows()
 
 
-def test_disaggregation_smooths_the_itl_tail_as_measured() -> None:
-    report, (aggregated, one_p_one_d) = _run("aggregated-vs-1p1d.json")
-    measured = report.policies["1p1d"].itl_p99_s, report.policies["aggregated"].itl_p99_s
-    predicted = one_p_one_d.metrics.itl_p99_s, aggregated.metrics.itl_p99_s
-    assert None not in measured and None not in predicted
-    assert measured[0] < measured[1] and predicted[0] < predicted[1]
+def _ratio(rows: dict[tuple[str, str, str], ComparedRow], *key: str) -> float:
+    ratio = rows[key].ratio
+    assert ratio is not None, key
+    return ratio
+
+
+@pytest.mark.parametrize("deployment", sorted(CONFIGS))
+def test_itl_medians_and_throughput_hold_everywhere(
+    rows: dict[tuple[str, str, str], ComparedRow], deployment: str
+) -> None:
+    for scope in ("all", "short", "long"):
+        assert _ratio(rows, deployment, scope, "itl_p50_s") == pytest.approx(1, abs=0.15)
+        assert _ratio(rows, deployment, scope, "requests_per_s") == pytest.approx(1, abs=0.05)
+
+
+def test_the_fitted_layout_meets_the_ttft_bounds_except_its_short_tail(
+    rows: dict[tuple[str, str, str], ComparedRow],
+) -> None:
+    for scope in ("short", "long"):
+        assert _ratio(rows, "1p1d", scope, "ttft_p50_s") == pytest.approx(1, abs=0.15)
+    assert _ratio(rows, "1p1d", "long", "ttft_p99_s") == pytest.approx(1, abs=0.30)
+
+
+def test_out_of_sample_2p1d_long_requests_meet_the_ttft_bounds(
+    rows: dict[tuple[str, str, str], ComparedRow],
+) -> None:
+    assert _ratio(rows, "2p1d", "long", "ttft_p50_s") == pytest.approx(1, abs=0.15)
+    assert _ratio(rows, "2p1d", "long", "ttft_p99_s") == pytest.approx(1, abs=0.30)
+    assert _ratio(rows, "aggregated", "short", "ttft_p50_s") == pytest.approx(1, abs=0.15)
+
+
+def test_disaggregation_smooths_the_itl_tail_in_prediction_and_measurement(
+    rows: dict[tuple[str, str, str], ComparedRow],
+) -> None:
+    agg, pd = rows["aggregated", "all", "itl_p99_s"], rows["1p1d", "all", "itl_p99_s"]
+    assert None not in (agg.measured, pd.measured, agg.predicted, pd.predicted)
+    assert pd.measured < agg.measured and pd.predicted < agg.predicted  # type: ignore[operator]

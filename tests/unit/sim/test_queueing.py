@@ -195,3 +195,51 @@ def test_ten_thousand_requests_take_seconds() -> None:
     out = Simulation(layout(num_prefill=1), PROFILE, concurrency=32).run(requests)
     assert len(out.results) == 10_000 and all(r.e2e_s for r in out.results)
     assert time.perf_counter() - t0 < 30
+
+
+def _pd_layout(*, pull_between_steps: bool) -> SimLayout:
+    """1P1D whose prefill engine takes one prompt at a time."""
+    specs = (
+        EngineSpec("p0", "prefill", limits(max_num_seqs=1), "p0"),
+        EngineSpec("d0", "decode", limits(), "d0"),
+    )
+    return SimLayout(
+        name="t",
+        aggregated=False,
+        engines=specs,
+        policy=PolicyConfig(block_size_tokens=BLOCK, lanes=False, spill_max_decode_prefill_s=0),
+        stream_batch_interval_s=0.0,
+        kv_pull_between_prefill_steps=pull_between_steps,
+    )
+
+
+def test_on_cpu_a_kv_pull_waits_for_the_prefill_engines_step() -> None:
+    """Two long prompts on one prefill engine: the first one's KV pull starts two hops after
+    its prefill, while the engine already computes the second; without NIXL's progress
+    thread it waits for that step to end."""
+    pair = [request(0, 4000, out=2), request(1, 4000, out=2, at=0.0005)]
+    free = Simulation(_pd_layout(pull_between_steps=False), PROFILE).run(pair).results[0]
+    waits = Simulation(_pd_layout(pull_between_steps=True), PROFILE).run(pair).results[0]
+    assert free.ttft_s is not None and waits.ttft_s is not None
+    # It waits for the rest of the second prompt's step (minus the two hops that overlap it).
+    assert waits.ttft_s - free.ttft_s == pytest.approx(prefill_s(4000) - 2 * PROFILE.hop_s)
+
+
+def test_serving_times_grow_with_busy_host_cores() -> None:
+    prof = PROFILE.model_copy(update={"host_cores": 2, "host_contention": 3.0})
+    assert prof.serving_s(0.004, 0) == pytest.approx(0.004)
+    assert prof.serving_s(0.004, 1) == pytest.approx(0.004 * 2.5)
+    assert prof.serving_s(0.004, 5) == pytest.approx(0.004 * 4)  # capped at every core
+    assert PROFILE.serving_s(0.004, 2) == 0.004  # no host_cores: the serving layer's own CPUs
+    # A's KV pull happens while B's prompt occupies the prefill engine's core: one of two
+    # host cores busy, so it takes 1 + 3.0 x 1/2 times as long (the hops before it started
+    # while the engine was between steps).
+    pair = [request(0, 6000, out=2), request(1, 8000, out=2, at=0.01)]
+    lay = layout(
+        num_prefill=1,
+        policy=PolicyConfig(block_size_tokens=BLOCK, lanes=False, spill_max_decode_prefill_s=0),
+    )
+    idle = Simulation(lay, PROFILE).run(pair).results[0]
+    loaded = Simulation(lay, prof).run(pair).results[0]
+    assert idle.ttft_s is not None and loaded.ttft_s is not None
+    assert loaded.ttft_s - idle.ttft_s == pytest.approx(1.5 * PROFILE.kv_transfer_s(6000))

@@ -11,6 +11,7 @@ sample. What the test keeps is what holds today; what does not hold is listed in
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
@@ -86,3 +87,30 @@ def test_disaggregation_smooths_the_itl_tail_in_prediction_and_measurement(
     agg, pd = rows["aggregated", "all", "itl_p99_s"], rows["1p1d", "all", "itl_p99_s"]
     assert None not in (agg.measured, pd.measured, agg.predicted, pd.predicted)
     assert pd.measured < agg.measured and pd.predicted < agg.predicted  # type: ignore[operator]
+
+
+def test_simulate_command_fits_compares_and_checks(tmp_path: pathlib.Path) -> None:
+    from typer.testing import CliRunner
+
+    from pdserve.cli import app
+
+    report = tmp_path / "measured.json"
+    # The report names its deployments by repository-relative paths: point them at ours.
+    doc = BenchReport.model_validate_json((FIXTURES / "mixed-3way-stages.json").read_text())
+    doc.config["deployments"] = [f"{n}={ROOT / 'deploy' / p}" for n, p in CONFIGS.items()]
+    report.write_text(doc.model_dump_json())
+    args = [
+        "simulate", "--profile", str(FIXTURES / "sim-profile-local.json"),
+        "--measured", str(report), "--fit-host-on", "1p1d",
+        "--write-profile", str(tmp_path / "loaded.json"), "--json", str(tmp_path / "out.json"),
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "host contention fitted on 1p1d" in result.output
+    assert SimProfile.load(tmp_path / "loaded.json").host_contention > 0
+    compared = json.loads((tmp_path / "out.json").read_text())["compared"]
+    assert {c["deployment"] for c in compared} == set(CONFIGS)
+    checked = CliRunner().invoke(app, [*args, "--check"], env={"COLUMNS": "200"})
+    assert checked.exit_code == 1 and "outside the bound" in checked.output  # short TTFT p99
+    bad = CliRunner().invoke(app, [*args[:5], "--fit-host-on", "aggregated"])
+    assert bad.exit_code == 2 and "no remote-prefill timeline" in bad.output

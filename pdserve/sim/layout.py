@@ -13,6 +13,7 @@ from pdserve.sim.engine import EngineLimits
 CPU_BLOCK_TOKENS = 128
 """vLLM's KV block size on CPU when the config leaves it to the platform."""
 GPU_BLOCK_TOKENS = 16
+DEMO_KV_BYTES_PER_TOKEN = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,10 @@ def layout_from_config(config: PdserveConfig, name: str | None = None) -> SimLay
         block = eng.block_size_tokens or (
             CPU_BLOCK_TOKENS if config.platform == "cpu" else GPU_BLOCK_TOKENS
         )
-        bytes_per_token = 1024  # only the ratio to the capacity matters for KV usage
+        # The demo model's KV bytes per token (float32, 2 layers). For other models the KV
+        # capacity, hence KV usage (a routing tie-breaker and the 0.95 filter) and the prefix
+        # cache's size, are approximate; on GPU the config does not give the cache size.
+        bytes_per_token = DEMO_KV_BYTES_PER_TOKEN
         limits = EngineLimits(
             max_num_seqs=eng.max_num_seqs,
             max_num_batched_tokens=eng.max_num_batched_tokens,

@@ -63,9 +63,10 @@ def fit_host_contention(
     """`profile` with `host_cores`, the `host_contention` that makes one Ray Serve hop under
     load as long as in a measured run (the run's median hop, (prefill_hops + decode_hops) p50 /
     4 over its remote prefills, against the idle hop, divided by the mean fraction of host
-    cores the simulation finds busy at its hops), the `serving_jitter_sigma` of a
-    log-normal with the run's prefill_hops p99 / p50, and `client_s` from the run's
-    client_overhead p50 (0 when the run did not record it). Raises ValueError when the run has no
+    cores the simulation finds busy at its hops), the `serving_jitter_sigma` and
+    `decode_jitter_sigma` of log-normals with the run's prefill_hops and decode_hops p99 /
+    p50, and `client_s` from the run's client_overhead p50 (0 when the run did not record
+    it). Raises ValueError when the run has no
     remote-prefill timeline (aggregated, or not pdserve)."""
     stages = measured.stages or {}
     pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")
@@ -80,13 +81,21 @@ def fit_host_contention(
     contention = max(0.0, (ratio - 1) / busy) if busy > 0 else 0.0
     client = stages.get(CLIENT_OVERHEAD)
     client_s = client.p50_s if client is not None and client.p50_s is not None else 0.0
-    spread = pre.p99_s / pre.p50_s if pre.p99_s is not None and pre.p50_s > 0 else 1.0
-    sigma = min(3.0, max(0.0, math.log(spread) / Z99)) if spread > 1 else 0.0
+    sigma = _lognormal_sigma(pre.p50_s, pre.p99_s)
+    decode_sigma = _lognormal_sigma(dec.p50_s, dec.p99_s)
     return base.model_copy(
         update={
             "host_contention": contention,
             "serving_jitter_sigma": sigma,
+            "decode_jitter_sigma": decode_sigma,
             "client_s": client_s,
             "source": f"{profile.source}; host contention fitted on {layout.name}",
         }
     )
+
+
+def _lognormal_sigma(p50_s: float, p99_s: float | None) -> float:
+    """The sigma of a log-normal whose p99 / p50 is the measured one (0 when not above 1)."""
+    if p99_s is None or p50_s <= 0 or p99_s <= p50_s:
+        return 0.0
+    return min(3.0, math.log(p99_s / p50_s) / Z99)

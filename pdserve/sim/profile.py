@@ -75,6 +75,16 @@ class SimProfile(StrictModel):
             "with host_contention from a measured run's prefill_hops p99 / p50)."
         ),
     )
+    decode_jitter_sigma: float = Field(
+        default=0.0,
+        ge=0,
+        le=3,
+        description=(
+            "Spread of the decode path's hops (router -> decode replica, first token -> "
+            "router): a log-normal factor of median 1 and this sigma (0 = exact; fitted from a "
+            "measured run's decode_hops p99 / p50)."
+        ),
+    )
     client_s: float = Field(
         default=0.0,
         ge=0,

@@ -19,7 +19,8 @@ A request's path, mirroring pdserve's:
    one chunk per interval).
 On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops and KV transfer
 stretch with the host cores busy with engine steps and spread log-normally
-(`host_contention`, `serving_jitter_sigma`, fitted from a measured run's timeline).
+(`host_contention`, `serving_jitter_sigma`); the decode path's hops spread too
+(`decode_jitter_sigma`); all fitted from a measured run's timeline.
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
 """
@@ -216,7 +217,7 @@ class Simulation:
             prefilling, request.request_id, d.est_prefill_s, d.engine_priority, self._now
         )
         remote = d.prefill_replica_id is not None
-        hop = self._serving(self._profile.hop_s) if remote else self._profile.hop_s
+        hop = self._serving(self._profile.hop_s) if remote else self._decode_hop()
         seq = Seq(
             request_id=request.request_id,
             prompt_tokens=request.prompt_tokens,
@@ -265,7 +266,7 @@ class Simulation:
     def _finished(self, seq: Seq) -> None:
         """The decode engine produced a request's last token: the client's view."""
         result = self._seq_of.pop(id(seq))
-        late = self._profile.hop_s + self._profile.client_s
+        late = self._decode_hop() + self._profile.client_s
         chunks = coalesce_times(
             [t + late for t in seq.token_times_s], self._layout.stream_batch_interval_s
         )
@@ -278,6 +279,12 @@ class Simulation:
         """The client got a stream's end: a closed loop sends its next request."""
         self._in_flight -= 1
         self._fill()
+
+    def _decode_hop(self) -> float:
+        """One hop of the decode path (to the decode replica, or its first token back)."""
+        sigma = self._profile.decode_jitter_sigma
+        hop = self._profile.hop_s
+        return hop * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else hop
 
     def _serving(self, base_s: float) -> float:
         """A time on the remote-prefill path (the prefill call, the handoff, the KV pull) now:

@@ -6,8 +6,8 @@ bench/RESULTS.md "Simulator against measurements").
 The host contention (how the remote-prefill path slows while engines occupy this 2-core
 machine) is fitted on the 1P1D run only; aggregated and 2P1D are then predicted out of
 sample. What the test keeps is what holds today; what does not hold is listed in RESULTS.md
-(short-request TTFT p99 2.8-4.3x low; aggregated long TTFT p50 18 % low; 2P1D short TTFT p50
-18 % low)."""
+(disaggregated short-request TTFT p99 2.3x low; aggregated long TTFT p50 18 % and p99 41 %
+low; 2P1D ITL p99 33 % low)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def _rows() -> dict[tuple[str, str, str], ComparedRow]:
         idle, layouts["1p1d"], workload, report.policies["1p1d"], host_cores=2
     )
     assert profile.host_contention > 0 and profile.client_s > 0
+    assert profile.serving_jitter_sigma > 0 and profile.decode_jitter_sigma > 0
     predictions = [predict(n, lay, profile, workload) for n, lay in layouts.items()]
     return {(r.deployment, r.scope, r.field): r for r in compare(predictions, report)}
 
@@ -57,12 +58,13 @@ def _ratio(rows: dict[tuple[str, str, str], ComparedRow], *key: str) -> float:
 
 
 @pytest.mark.parametrize("deployment", sorted(CONFIGS))
-def test_itl_medians_and_throughput_hold_everywhere(
+def test_medians_of_itl_and_short_ttft_and_throughput_hold_everywhere(
     rows: dict[tuple[str, str, str], ComparedRow], deployment: str
 ) -> None:
     for scope in ("all", "short", "long"):
         assert _ratio(rows, deployment, scope, "itl_p50_s") == pytest.approx(1, abs=0.15)
         assert _ratio(rows, deployment, scope, "requests_per_s") == pytest.approx(1, abs=0.05)
+    assert _ratio(rows, deployment, "short", "ttft_p50_s") == pytest.approx(1, abs=0.15)
 
 
 def test_the_fitted_layout_meets_the_ttft_bounds_except_its_short_tail(
@@ -73,12 +75,12 @@ def test_the_fitted_layout_meets_the_ttft_bounds_except_its_short_tail(
     assert _ratio(rows, "1p1d", "long", "ttft_p99_s") == pytest.approx(1, abs=0.30)
 
 
-def test_out_of_sample_2p1d_long_requests_meet_the_ttft_bounds(
+def test_out_of_sample_layouts_keep_the_bounds_that_hold(
     rows: dict[tuple[str, str, str], ComparedRow],
 ) -> None:
     assert _ratio(rows, "2p1d", "long", "ttft_p50_s") == pytest.approx(1, abs=0.15)
     assert _ratio(rows, "2p1d", "long", "ttft_p99_s") == pytest.approx(1, abs=0.30)
-    assert _ratio(rows, "aggregated", "short", "ttft_p50_s") == pytest.approx(1, abs=0.15)
+    assert _ratio(rows, "aggregated", "short", "ttft_p99_s") == pytest.approx(1, abs=0.30)
 
 
 def test_disaggregation_smooths_the_itl_tail_in_prediction_and_measurement(

@@ -3,12 +3,16 @@
 Agent a starts with a system prompt (unique tag first) and a task, ≈ `--initial-tokens`.
 Each step sends the whole conversation; then the reply is appended as an assistant turn and
 a tool result of ≈ `--tool-result-tokens` follows. With prefix reuse, step k+1 only needs to
-prefill what step k added; without it, it prefills the whole context again.
+prefill what step k added; without it, it prefills the whole context again. Every step names
+its conversation (`key`, the x-pdserve-conversation header), so pdserve reports where a step
+stopped repeating the previous one. `--agent-cache-breaker timestamp` starts the system prompt
+with the send time, the classic way to break the prefix cache on every step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import ChatMessage, RequestSpec
@@ -25,9 +29,13 @@ class AgentConversation:
     agent: int
     step: int
     messages: tuple[ChatMessage, ...]
+    key: str = ""
+    """The conversation's key (unique per phase and agent)."""
 
 
-def start_conversation(agent: int, cfg: BenchConfig, factory: PromptFactory) -> AgentConversation:
+def start_conversation(
+    agent: int, cfg: BenchConfig, factory: PromptFactory, key: str = ""
+) -> AgentConversation:
     """System prompt + task, ≈ `cfg.initial_tokens` tokens including the template overhead."""
     budget = max(2.0, cfg.initial_tokens - factory.calibration.overhead_tokens)
     task_tokens = max(1.0, budget * TASK_SHARE)
@@ -39,19 +47,26 @@ def start_conversation(agent: int, cfg: BenchConfig, factory: PromptFactory) -> 
         agent=agent,
         step=0,
         messages=(ChatMessage("system", system), ChatMessage("user", task)),
+        key=key,
     )
 
 
-def step_request(conv: AgentConversation, cfg: BenchConfig) -> RequestSpec:
-    """The chat request of the conversation's current step."""
+def step_request(conv: AgentConversation, cfg: BenchConfig, now_unix_s: float) -> RequestSpec:
+    """The chat request of the conversation's current step, sent at `now_unix_s`."""
+    messages = conv.messages
+    if cfg.cache_breaker == "timestamp":
+        system, *rest = messages
+        stamp = datetime.fromtimestamp(now_unix_s, UTC).isoformat(timespec="microseconds")
+        messages = (ChatMessage("system", f"Current time: {stamp}. {system.content}"), *rest)
     return RequestSpec(
         index=conv.agent * cfg.steps + conv.step,
         request_class=CLASS,
         max_tokens=cfg.output_tokens,
         target_prompt_tokens=0,  # grows with the conversation; the server reports it
-        messages=conv.messages,
+        messages=messages,
         agent=conv.agent,
         step=conv.step,
+        conversation=conv.key or None,
     )
 
 
@@ -68,5 +83,8 @@ def advance(
     )
     assistant = ChatMessage("assistant", reply or "(empty reply)")
     return AgentConversation(
-        agent=conv.agent, step=conv.step + 1, messages=(*conv.messages, assistant, tool)
+        agent=conv.agent,
+        step=conv.step + 1,
+        messages=(*conv.messages, assistant, tool),
+        key=conv.key,
     )

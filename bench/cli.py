@@ -53,6 +53,9 @@ def bench(
     initial_tokens: Annotated[int | None, _opt("initial_tokens")] = None,
     tool_result_tokens: Annotated[int | None, _opt("tool_result_tokens")] = None,
     tool_role: Annotated[str | None, _opt("tool_role", extra=" tool|user.")] = None,
+    cache_breaker: Annotated[
+        str | None, _opt("cache_breaker", "--agent-cache-breaker", " none|timestamp.")
+    ] = None,
     input_dist: Annotated[str | None, _opt("input_dist")] = None,
     output_dist: Annotated[str | None, _opt("output_dist")] = None,
     trace: Annotated[pathlib.Path | None, _opt("trace")] = None,

@@ -138,13 +138,14 @@ class BenchClient:
             step=spec.step,
             retry_after_s=tl.retry_after_s,
             stages=tl.stages,
+            prompt_cost=usage.prompt_cost if usage else None,
         )
 
     async def _stream(
         self, spec: RequestSpec, model: str, policy: str | None, tl: _Timeline
     ) -> int:
         body = request_body(spec, model)
-        headers = request_headers(policy)
+        headers = request_headers(policy, spec.conversation)
         async with self._http.stream(
             "POST", PATHS[spec.endpoint], json=body, headers=headers
         ) as resp:

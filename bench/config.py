@@ -38,6 +38,13 @@ class BenchConfig(StrictModel):
     tool_role: Literal["tool", "user"] = Field(
         default="tool", description="Role of tool results; `user` prefixes 'Tool result:'."
     )
+    cache_breaker: Literal["none", "timestamp"] = Field(
+        default="none",
+        description=(
+            "Agent: inject a cache breaker into every step; `timestamp` starts the system "
+            "prompt with the current time (a common mistake: every step's prefix changes)."
+        ),
+    )
     input_dist: str = Field(default="uniform:100:2000", description="Input lengths (synthetic).")
     output_dist: str = Field(default="uniform:16:64", description="Output lengths (synthetic).")
     trace: pathlib.Path | None = Field(default=None, description="Mooncake-format JSONL trace.")

@@ -23,6 +23,7 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.deployments import run_deployments
 from pdserve.bench.render import (
     error_lines,
+    parts_table,
     ratios_table,
     results_table,
     reuse_line,
@@ -56,6 +57,8 @@ def show(report: BenchReport, console: Console) -> None:
     if report.workload == "agent":
         for name, policy in report.policies.items():
             console.print(steps_table(name, policy))
+            if (parts := parts_table(name, policy)) is not None:
+                console.print(parts)
             console.print(reuse_line(name, policy))
     ratios = ratios_table(report)
     if ratios is not None:

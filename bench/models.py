@@ -41,6 +41,9 @@ class RequestSpec:
     arrival_s: float | None = None
     agent: int | None = None
     step: int | None = None
+    conversation: str | None = None
+    """Sent as the x-pdserve-conversation header (agent workload), so pdserve compares each
+    step with the previous one of the same conversation."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -54,6 +57,31 @@ class RequestSpec:
 
 
 @dataclass(frozen=True)
+class CacheBreakRecord:
+    """pdserve's cache break of one request: where its prompt departed from the previous
+    prompt of its conversation (router/context/breaks.py)."""
+
+    token_index: int
+    message_index: int | None
+    role: str | None
+    part: str
+    lost_tokens: int
+
+
+@dataclass(frozen=True)
+class PromptCostRecord:
+    """pdserve's `pdserve_prompt_cost` usage field: prompt tokens by part and by message,
+    cached and computed, and the cache break (None: none)."""
+
+    parts: tuple[tuple[str, int, int], ...]
+    """(part, cached, computed), in the server's order."""
+    messages: tuple[tuple[int, str, int, int], ...]
+    """(index, role, cached, computed) per message segment; empty when the server knew no
+    layout."""
+    cache_break: CacheBreakRecord | None = None
+
+
+@dataclass(frozen=True)
 class Usage:
     """The `usage` object of the final stream chunk; `cached_tokens` is None when the server
     does not report `prompt_tokens_details` (plain vLLM needs `--enable-prompt-tokens-details`)."""
@@ -61,6 +89,8 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int | None
+    prompt_cost: PromptCostRecord | None = None
+    """pdserve's prompt cost by part (None from other servers, or with it switched off)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +102,7 @@ class RequestResult:
     carry several tokens). Token counts come from `usage` (None when the server sent none).
     `retry_after_s` is the `Retry-After` header of an HTTP error answer (None without one).
     `stages` is pdserve's own timeline of the request (stage, seconds; empty elsewhere).
+    `prompt_cost` is pdserve's prompt cost by part (None elsewhere).
     """
 
     index: int
@@ -90,6 +121,7 @@ class RequestResult:
     step: int | None = None
     retry_after_s: float | None = None
     stages: tuple[tuple[str, float], ...] = ()
+    prompt_cost: PromptCostRecord | None = None
 
     @property
     def ok(self) -> bool:

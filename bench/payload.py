@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.bench.models import RequestSpec
-from pdserve.router.headers import POLICY_HEADER
+from pdserve.router.headers import CONVERSATION_HEADER, POLICY_HEADER
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -29,6 +29,10 @@ def request_body(spec: RequestSpec, model: str) -> dict[str, Any]:
     return body
 
 
-def request_headers(policy: str | None) -> dict[str, str]:
-    """The policy header when comparing policies (None: no header)."""
-    return {} if policy is None else {POLICY_HEADER: policy}
+def request_headers(policy: str | None, conversation: str | None = None) -> dict[str, str]:
+    """The policy header when comparing policies (None: no header), and the conversation
+    header of an agent's steps."""
+    headers = {} if policy is None else {POLICY_HEADER: policy}
+    if conversation is not None:
+        headers[CONVERSATION_HEADER] = conversation
+    return headers

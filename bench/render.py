@@ -78,19 +78,56 @@ def stages_table(report: BenchReport) -> Table | None:
 
 
 def steps_table(name: str, policy: PolicyReport) -> Table:
-    """Agent workload: per step, means over agents."""
+    """Agent workload: per step, means over agents; with pdserve's prompt cost, the cache
+    breaks seen at each step (how many requests, where, tokens recomputed per break)."""
     table = Table(title=f"agent steps ({name}); means over agents")
-    for col in ("Step", "Prompt tok", "Cached tok", "Prefill (s)", "Decode (s)", "requests"):
-        table.add_column(col, justify="right")
-    for row in policy.steps or []:
-        table.add_row(
+    rows = policy.steps or []
+    breaks = any(row.num_cache_breaks is not None for row in rows)
+    cols = ["Step", "Prompt tok", "Cached tok", "Prefill (s)", "Decode (s)", "requests"]
+    if breaks:
+        cols += ["Cache breaks", "Broke at", "Lost tok"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "Broke at" else "right")
+    for row in rows:
+        cells = [
             str(row.step + 1),
             sig3(row.prompt_tokens_mean),
             sig3(row.cached_tokens_mean),
             sig3(row.prefill_s_mean),
             sig3(row.decode_s_mean),
             str(row.num_requests),
-        )
+        ]
+        if breaks:
+            cells += [
+                "-" if row.num_cache_breaks is None else str(row.num_cache_breaks),
+                ", ".join(row.cache_break_at or []) or "-",
+                sig3(row.lost_tokens_mean),
+            ]
+        table.add_row(*cells)
+    return table
+
+
+def parts_table(name: str, policy: PolicyReport) -> Table | None:
+    """Agent workload: prompt tokens by part per step (cached + computed, means over
+    agents); None when the server reports no prompt cost."""
+    rows = [row for row in policy.steps or [] if row.parts]
+    if not rows:
+        return None
+    order = ("system", "user", "assistant", "tool", "template", "prompt")
+    parts = [p for p in order if any(p in (row.parts or {}) for row in rows)]
+    table = Table(
+        title=f"prompt tokens by part ({name}); cached + computed, means over agents",
+        caption="computed tokens are what prefill paid for; cached came from the prefix cache",
+    )
+    table.add_column("Step", justify="right")
+    for part in parts:
+        table.add_column(part, justify="right")
+    for row in rows:
+        cells = [str(row.step + 1)]
+        for part in parts:
+            m = (row.parts or {}).get(part)
+            cells.append("-" if m is None else f"{m.cached_mean:.0f} + {m.computed_mean:.0f}")
+        table.add_row(*cells)
     return table
 
 

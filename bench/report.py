@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.models import PhaseOutcome, RequestResult
+from pdserve.bench.models import CacheBreakRecord, PhaseOutcome, RequestResult
 from pdserve.bench.prompts import Calibration
 from pdserve.bench.stats import mean, rate, ratio, summarize
 from pdserve.router.timeline import STAGES
@@ -74,8 +74,16 @@ class Metrics(ReportModel):
     stages: dict[str, StageStats] | None = None
 
 
+class PartMeans(ReportModel):
+    """One prompt part's tokens per request: from the prefix cache, and computed."""
+
+    cached_mean: float
+    computed_mean: float
+
+
 class StepRow(ReportModel):
-    """Agent workload: one step, averaged over agents (and rounds)."""
+    """Agent workload: one step, averaged over agents (and rounds). The prompt-cost fields
+    are None when the server reports no `pdserve_prompt_cost`."""
 
     step: int
     num_requests: int
@@ -83,6 +91,33 @@ class StepRow(ReportModel):
     cached_tokens_mean: float | None
     prefill_s_mean: float | None
     decode_s_mean: float | None
+    parts: dict[str, PartMeans] | None = None
+    """Per part (system, user, assistant, tool, template), means over the step's requests."""
+    num_cache_breaks: int | None = None
+    """The step's requests whose prompt departed from their conversation's previous one."""
+    cache_break_at: list[str] | None = None
+    """Where they broke, most common first: `message INDEX (ROLE)`."""
+    lost_tokens_mean: float | None = None
+    """Tokens per break the previous step had computed that this one recomputed."""
+
+
+class AgentStepRecord(ReportModel):
+    """One agent's step as the server reported it (the input of `pdserve context whatif`)."""
+
+    step: int
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    messages: list[dict[str, Any]] | None
+    """Per message segment: `index`, `role`, `tokens` (None: no per-message cost)."""
+    cache_break: dict[str, Any] | None
+
+
+class AgentRunRecord(ReportModel):
+    """One agent's successful steps in one phase, in order."""
+
+    agent: int
+    round_index: int
+    steps: list[AgentStepRecord]
 
 
 class ErrorSample(ReportModel):
@@ -103,6 +138,7 @@ class PolicyReport(Metrics):
     final_context_tokens_total: int | None = None
     classes: dict[str, Metrics] | None = None
     steps: list[StepRow] | None = None
+    agent_runs: list[AgentRunRecord] | None = None
     errors: list[ErrorSample]
 
 
@@ -199,9 +235,79 @@ def build_steps(results: Sequence[RequestResult]) -> list[StepRow]:
                 ),
                 prefill_s_mean=mean([r.ttft_s for r in rs if r.ttft_s is not None]),
                 decode_s_mean=mean([r.e2e_s - r.ttft_s for r in rs if r.ttft_s is not None]),
+                **_step_prompt_cost(rs),
             )
         )
     return rows
+
+
+def _step_prompt_cost(rs: Sequence[RequestResult]) -> dict[str, Any]:
+    """StepRow's prompt-cost fields over one step's requests (none without prompt cost)."""
+    costs = [r.prompt_cost for r in rs if r.prompt_cost is not None]
+    if not costs:
+        return {}
+    sums: dict[str, list[int]] = {}
+    for cost in costs:
+        for part, cached, computed in cost.parts:
+            acc = sums.setdefault(part, [0, 0])
+            acc[0] += cached
+            acc[1] += computed
+    n = len(costs)
+    breaks = [c.cache_break for c in costs if c.cache_break is not None]
+    where = Counter(
+        f"message {b.message_index} ({b.role})" if b.message_index is not None else b.part
+        for b in breaks
+    )
+    return {
+        "parts": {
+            p: PartMeans(cached_mean=c / n, computed_mean=u / n) for p, (c, u) in sums.items()
+        },
+        "num_cache_breaks": len(breaks),
+        "cache_break_at": [w for w, _ in where.most_common()],
+        "lost_tokens_mean": mean([b.lost_tokens for b in breaks]),
+    }
+
+
+def build_agent_runs(phases: Sequence[PhaseOutcome]) -> list[AgentRunRecord]:
+    """Every agent's successful steps per phase, with per-message tokens when reported."""
+    runs = []
+    for phase in phases:
+        by_agent: dict[int, list[RequestResult]] = defaultdict(list)
+        for r in phase.results:
+            if r.ok and r.agent is not None and r.step is not None:
+                by_agent[r.agent].append(r)
+        for agent in sorted(by_agent):
+            steps = []
+            for r in sorted(by_agent[agent], key=lambda r: r.step or 0):
+                cost = r.prompt_cost
+                steps.append(
+                    AgentStepRecord(
+                        step=r.step or 0,
+                        prompt_tokens=r.prompt_tokens,
+                        cached_tokens=r.cached_tokens,
+                        messages=[
+                            {"index": i, "role": role, "tokens": cached + computed}
+                            for i, role, cached, computed in cost.messages
+                        ]
+                        if cost is not None and cost.messages
+                        else None,
+                        cache_break=_break_json(cost.cache_break) if cost is not None else None,
+                    )
+                )
+            runs.append(AgentRunRecord(agent=agent, round_index=phase.round_index, steps=steps))
+    return runs
+
+
+def _break_json(brk: CacheBreakRecord | None) -> dict[str, Any] | None:
+    if brk is None:
+        return None
+    return {
+        "token_index": brk.token_index,
+        "message_index": brk.message_index,
+        "role": brk.role,
+        "part": brk.part,
+        "lost_tokens": brk.lost_tokens,
+    }
 
 
 def final_context_tokens(phases: Sequence[PhaseOutcome]) -> int:
@@ -255,6 +361,7 @@ def build_policy_report(phases: Sequence[PhaseOutcome], cfg: BenchConfig) -> Pol
         final_context_tokens_total=final_context_tokens(phases) if agent else None,
         classes=classes,
         steps=build_steps(results) if agent else None,
+        agent_runs=build_agent_runs(phases) if agent else None,
         errors=error_samples(results),
     )
 

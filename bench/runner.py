@@ -10,6 +10,8 @@ its own prompt salt, so no phase reuses another's prefix cache.
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,11 +254,14 @@ class Runner:
         cfg = self._cfg
         slots = asyncio.Semaphore(cfg.concurrency)
 
+        phase = uuid.uuid4().hex[:12]  # conversations never span phases
+
         async def agent_loop(agent: int) -> None:
-            conv = start_conversation(agent, cfg, factory)
+            conv = start_conversation(agent, cfg, factory, key=f"bench-{phase}-agent-{agent}")
             for step in range(cfg.steps):
                 async with slots:
-                    r = await self._client.send(step_request(conv, cfg), model, policy, state.t0)
+                    spec = step_request(conv, cfg, time.time())
+                    r = await self._client.send(spec, model, policy, state.t0)
                 self._record(state, r)
                 if not r.ok:
                     self._progress.update(state.task_id, advance=cfg.steps - step - 1)

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import httpx_sse
 
-from pdserve.bench.models import Usage
+from pdserve.bench.models import CacheBreakRecord, PromptCostRecord, Usage
 
 DONE = "[DONE]"
 
@@ -66,7 +66,36 @@ def _usage(body: Any) -> Usage | None:
         prompt_tokens=int(body.get("prompt_tokens") or 0),
         completion_tokens=int(body.get("completion_tokens") or 0),
         cached_tokens=int(cached) if cached is not None else None,
+        prompt_cost=prompt_cost(body.get("pdserve_prompt_cost")),
     )
+
+
+def prompt_cost(field: Any) -> PromptCostRecord | None:
+    """pdserve's `pdserve_prompt_cost` usage field (None when absent or malformed)."""
+    if not isinstance(field, dict) or not isinstance(field.get("parts"), dict):
+        return None
+    try:
+        parts = tuple(
+            (str(name), int(v["cached"]), int(v["computed"])) for name, v in field["parts"].items()
+        )
+        messages = tuple(
+            (int(m["index"]), str(m["role"]), int(m["cached"]), int(m["computed"]))
+            for m in field.get("messages") or ()
+        )
+        brk = field.get("cache_break")
+        found = None
+        if isinstance(brk, dict):
+            index = brk.get("message_index")
+            found = CacheBreakRecord(
+                token_index=int(brk["token_index"]),
+                message_index=None if index is None else int(index),
+                role=None if brk.get("role") is None else str(brk["role"]),
+                part=str(brk["part"]),
+                lost_tokens=int(brk["lost_tokens"]),
+            )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return PromptCostRecord(parts=parts, messages=messages, cache_break=found)
 
 
 def error_message(body: Any) -> str | None:

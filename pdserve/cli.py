@@ -1,6 +1,7 @@
 """The `pdserve` command line: run a cluster on one machine or several (up, join, down),
 inspect its config (serve-config, config-schema), make the demo model (demo-model), and measure
-and watch a cluster (bench, bench-overload, bench-faults, kv-check, profile, top)."""
+and watch a cluster (bench, bench-overload, bench-faults, kv-check, profile, top), predict
+deployments (simulate, tune) and estimate context trimming on a recorded agent run (context)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from pdserve.bench.cli import bench, bench_faults, bench_overload
 from pdserve.cluster_cli import ConfigOpt, down, join, load, up
 from pdserve.config import PdserveConfig
+from pdserve.context.cli import context_app
 from pdserve.kv_transfer.fabric_check.cli import kv_check
 from pdserve.profiling.cli import profile
 from pdserve.sim.cli import simulate
@@ -94,6 +96,11 @@ _COMMANDS: list[tuple[str, Callable[..., Any], str]] = [
 ]  # fmt: skip
 for _name, _command, _short_help in _COMMANDS:
     app.command(_name, short_help=_short_help)(_command)
+app.add_typer(
+    context_app,
+    name="context",
+    short_help="What-ifs on a recorded agent run's context: trimming vs prefill and prefix cache.",
+)
 
 
 def main() -> None:

@@ -134,6 +134,51 @@ class AdmissionConfig(StrictModel):
     )
 
 
+class PromptCostConfig(StrictModel):
+    """Per-request prompt cost (cached and computed tokens by part) and cache-break detection
+    (docs/context-cost.md)."""
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Report each request's prompt tokens by part (system, user, assistant, tool, "
+            "template), cached and computed: the x-pdserve-prompt-cost header, the "
+            "`pdserve_prompt_cost` usage field and the `part` label of "
+            "pdserve_prompt_tokens_total. Off: no header or usage field, and the metric counts "
+            "every prompt as part 'prompt'. Costs one more chat-template render per chat "
+            "request (the template's skeleton)."
+        ),
+    )
+    detect_cache_breaks: bool = Field(
+        default=True,
+        description=(
+            "Compare each request with the previous one of its conversation and report where "
+            "the prompt stopped repeating it (the message, and the tokens it cost): the "
+            "`cache_break` entry of the prompt cost and pdserve_cache_breaks_total. A "
+            "conversation is known by the x-pdserve-conversation header, else the request's "
+            "`user` field (when conversation_key_from_user), else (chat only) its opening: the "
+            "tokens up to the end of its first non-system message. Needs `enabled`."
+        ),
+    )
+    conversation_key_from_user: bool = Field(
+        default=True,
+        description=(
+            "Use the OpenAI `user` field as the conversation key when no "
+            "x-pdserve-conversation header is sent (turn off when clients send one `user` for "
+            "many concurrent conversations: their prompts would be compared with each other)."
+        ),
+    )
+    conversation_state_max_bytes: int = Field(
+        default=64 << 20,
+        ge=1 << 16,
+        description=(
+            "Memory the router replica may hold for remembered conversations (each one's "
+            "latest prompt tokens, 4 bytes a token, plus about 200 bytes); the least recently "
+            "used are forgotten beyond it (their next step is then not compared)."
+        ),
+    )
+
+
 class RouterConfig(StrictModel):
     """The OpenAI-compatible HTTP router."""
 
@@ -210,6 +255,10 @@ class RouterConfig(StrictModel):
     )
     routing_stats_period_seconds: float = Field(
         default=0.5, gt=0, description="How often Ray Serve polls each replica's load."
+    )
+    prompt_cost: PromptCostConfig = Field(
+        default_factory=PromptCostConfig,
+        description="Prompt cost by part and cache-break detection, for agent builders.",
     )
     stream_batch_interval_ms: float = Field(
         default=50.0,

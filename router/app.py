@@ -36,8 +36,10 @@ from pdserve.router.errors import (
     server_error_status,
 )
 from pdserve.router.headers import (
+    CONVERSATION_HEADER,
     DECISION_HEADER,
     POLICY_HEADER,
+    PROMPT_COST_HEADER,
     REQUEST_ID_HEADER,
     SERVED_BY_HEADER,
     TIMING_HEADER,
@@ -73,10 +75,12 @@ def build_app(
     sse_keepalive_s: float = 15.0,
     max_inflight_requests: int | None = None,
     allow_policy_override: bool = False,
+    report_prompt_cost: bool = True,
 ) -> FastAPI:
     """The router's FastAPI app. `api_keys` None or empty: the API is open.
     `allow_policy_override` enables the x-pdserve-policy header (local and benchmark
-    deployments)."""
+    deployments). `report_prompt_cost`: send the x-pdserve-prompt-cost header and the
+    `pdserve_prompt_cost` usage field (router.prompt_cost.enabled)."""
     app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
     install_error_handlers(app)
     retry_advisor = RetryAfterAdvisor(time.monotonic)
@@ -93,7 +97,13 @@ def build_app(
     app.add_middleware(ApiKeyMiddleware, keys=api_keys or ApiKeys(frozenset()))
     app.add_middleware(ArrivalStampMiddleware)
     completions = CompletionHandler(
-        preparer, orchestrator, observer, allow_policy_override, sse_keepalive_s, retry_advisor
+        preparer,
+        orchestrator,
+        observer,
+        allow_policy_override,
+        sse_keepalive_s,
+        retry_advisor,
+        report_prompt_cost=report_prompt_cost,
     )
 
     @app.get("/health")
@@ -108,6 +118,7 @@ def build_app(
     @app.get("/metrics")
     async def prometheus() -> Response:
         observer.update_pool_gauges()
+        observer.update_conversation_gauges(preparer.conversations)
         if status.scaling is not None:
             observer.update_scaling(await status.scaling.current())
         body = observer.metrics.render()
@@ -124,14 +135,16 @@ def build_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        conversation = request.headers.get(CONVERSATION_HEADER)
         return await completions.handle(
-            "chat", request, lambda rid: preparer.prepare_chat(body, rid)
+            "chat", request, lambda rid: preparer.prepare_chat(body, rid, conversation)
         )
 
     @app.post("/v1/completions")
     async def completion(body: CompletionRequest, request: Request) -> Response:
+        conversation = request.headers.get(CONVERSATION_HEADER)
         return await completions.handle(
-            "completion", request, lambda rid: preparer.prepare_completion(body, rid)
+            "completion", request, lambda rid: preparer.prepare_completion(body, rid, conversation)
         )
 
     return app
@@ -162,8 +175,11 @@ class CompletionHandler:
         allow_policy_override: bool,
         sse_keepalive_s: float = 15.0,
         retry_advisor: RetryAfterAdvisor | None = None,
+        *,
+        report_prompt_cost: bool = True,
     ):
         self._preparer = preparer
+        self._report_prompt_cost = report_prompt_cost
         self._retry_advisor = retry_advisor or RetryAfterAdvisor(time.monotonic)
         self._sse_keepalive_s = sse_keepalive_s
         self._orchestrator = orchestrator
@@ -205,7 +221,12 @@ class CompletionHandler:
             self._observer.rejected(endpoint, exc.status)
             raise
         obs = self._observer.start(
-            endpoint, prepared.request_id, prepared.engine_request_id, arrival_s
+            endpoint,
+            prepared.request_id,
+            prepared.engine_request_id,
+            arrival_s,
+            prepared.layout,
+            prepared.cache_break,
         )
         created = int(time.time())
         with _ends(obs, request):
@@ -222,12 +243,14 @@ class CompletionHandler:
                 async for chunk in generation.chunks:
                     builder.add(chunk)
             builder.num_cached_tokens = obs.num_cached_tokens
+            builder.prompt_cost = self._prompt_cost(obs)
             obs.ended(200)
-            return JSONResponse(builder.body(), headers=_headers(obs))
+            return JSONResponse(builder.body(), headers=self._headers(obs))
         # Wait for the first token before answering, so the timing header can carry the TTFT
         # breakdown and a failure before the first token is a proper HTTP error.
         with _ends(obs, request):
             first = await anext(generation.chunks, None)
+        builder.prompt_cost = self._prompt_cost(obs)
         events = _events(obs, builder, generation, first, prepared.include_usage)
 
         async def stream_over() -> None:
@@ -240,9 +263,21 @@ class CompletionHandler:
             events,
             ping=self._sse_keepalive_s,
             sep="\n",
-            headers=_headers(obs),
+            headers=self._headers(obs),
             on_end=stream_over,
         )
+
+    def _prompt_cost(self, obs: RequestObservation) -> dict[str, Any] | None:
+        """The usage field's prompt cost (None: not reported, or no first token yet)."""
+        if not self._report_prompt_cost or obs.prompt_cost is None:
+            return None
+        return obs.prompt_cost.usage_json()
+
+    def _headers(self, obs: RequestObservation) -> dict[str, str]:
+        headers = _headers(obs)
+        if self._report_prompt_cost and obs.prompt_cost is not None:
+            headers[PROMPT_COST_HEADER] = _dumps(obs.prompt_cost.header_json())
+        return headers
 
     def _policy_of(self, request: Request) -> PolicyName | None:
         name = request.headers.get(POLICY_HEADER)

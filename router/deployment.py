@@ -20,6 +20,7 @@ from pdserve.config import PdserveConfig
 from pdserve.model_source import resolve_model
 from pdserve.router.app import build_app
 from pdserve.router.auth import ApiKeys
+from pdserve.router.context.breaks import ConversationTracker
 from pdserve.router.dispatch import RayServeDispatcher
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
@@ -64,7 +65,13 @@ class Router:
             RequestTracer(router.otlp_traces_endpoint) if router.otlp_traces_endpoint else None
         )
         renderer = PromptRenderer(resolve_model(self._config.model))
-        self._preparer = RequestPreparer(self._config, renderer)
+        cost = router.prompt_cost
+        conversations = (
+            ConversationTracker(cost.conversation_state_max_bytes, router.routing.block_size_tokens)
+            if cost.enabled and cost.detect_cache_breaks
+            else None
+        )
+        self._preparer = RequestPreparer(self._config, renderer, conversations)
         self._orchestrator = Orchestrator(
             router, dispatcher, placer, aggregated=self._config.aggregated
         )
@@ -102,4 +109,5 @@ class Router:
             sse_keepalive_s=self._config.router.deadlines.sse_keepalive_seconds,
             max_inflight_requests=self._config.router.admission.max_inflight_requests,
             allow_policy_override=self._config.router.allow_policy_override,
+            report_prompt_cost=self._config.router.prompt_cost.enabled,
         )

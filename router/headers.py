@@ -16,3 +16,9 @@ TIMING_HEADER = "x-pdserve-timing"
 """Response: the request's stage durations in seconds (compact JSON, see router/timeline.py)."""
 SERVED_BY_HEADER = "x-pdserve-served-by"
 """Response: the replicas that really served the request (compact JSON: prefill, decode)."""
+CONVERSATION_HEADER = "x-pdserve-conversation"
+"""Request: the conversation this request continues (any string; cache-break detection
+compares it with that conversation's previous request; see router/context/breaks.py)."""
+PROMPT_COST_HEADER = "x-pdserve-prompt-cost"
+"""Response: the prompt's tokens by part, cached and computed, and the cache break if any
+(compact JSON, see router/context/cost.py)."""

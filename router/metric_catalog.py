@@ -83,7 +83,33 @@ CATALOG: tuple[MetricSpec, ...] = (
         "the replicas' routing stats at each scrape.",
         ("pool",),
     ),
-    MetricSpec("pdserve_prompt_tokens", "counter", "Prompt tokens of served requests."),
+    MetricSpec(
+        "pdserve_prompt_tokens",
+        "counter",
+        "Prompt tokens of served requests (counted at the first token), by part (the message "
+        "role whose content they are, 'template' for the chat template's own tokens, 'prompt' "
+        "for completions and when router.prompt_cost is off) and whether the serving prefill "
+        "took them from a prefix cache.",
+        ("part", "cached"),
+    ),
+    MetricSpec(
+        "pdserve_conversations",
+        "gauge",
+        "Conversations this router remembers for cache-break detection (their latest prompt).",
+    ),
+    MetricSpec(
+        "pdserve_conversation_state_bytes",
+        "gauge",
+        "Memory those conversations hold, as router.prompt_cost.conversation_state_max_bytes "
+        "bounds it (token ids plus a fixed overhead per conversation).",
+    ),
+    MetricSpec(
+        "pdserve_cache_breaks",
+        "counter",
+        "Requests whose prompt stopped repeating the previous prompt of their conversation "
+        "before its end (a cache break), by the part of the message where it departed.",
+        ("part",),
+    ),
     MetricSpec(
         "pdserve_cached_prompt_tokens",
         "counter",

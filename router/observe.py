@@ -22,6 +22,9 @@ from typing import Literal
 
 from pdserve.autoscaling.journal import PoolScaling
 from pdserve.messages import DecodeChunk, PrefillResult
+from pdserve.router.context.breaks import CacheBreak, ConversationTracker
+from pdserve.router.context.cost import PromptCost, prompt_cost
+from pdserve.router.context.layout import PromptLayout
 from pdserve.router.metric_catalog import DecisionLabel, input_bucket
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.placement import Placer
@@ -53,8 +56,14 @@ class RequestObservation:
         request_id: str,
         placement_id: str,
         arrival_s: float,
+        layout: PromptLayout | None = None,
+        cache_break: CacheBreak | None = None,
     ):
         self._owner = owner
+        self._layout = layout
+        self._cache_break = cache_break
+        self.prompt_cost: PromptCost | None = None
+        """The prompt's tokens by part, cached and computed; None until the first token."""
         self.endpoint: Endpoint = endpoint
         self.request_id = request_id
         """The client-facing id (x-request-id): logs and traces."""
@@ -160,7 +169,15 @@ class RequestObservation:
             # the engine counts those as transfer failures).
             m.kv_transfers.inc()
         m.cached_prompt_tokens.inc(self._num_cached_tokens or 0)
-        m.prompt_tokens.inc(self._num_prompt_tokens)
+        cost = prompt_cost(
+            self._num_prompt_tokens, self._num_cached_tokens or 0, self._layout, self._cache_break
+        )
+        self.prompt_cost = cost
+        for part, tokens in cost.parts.items():
+            if tokens.cached:
+                m.prompt_tokens.labels(part, "true").inc(tokens.cached)
+            if tokens.computed:
+                m.prompt_tokens.labels(part, "false").inc(tokens.computed)
 
     def delivered(self, chunk: DecodeChunk) -> None:
         """A chunk (the first one too) arrived from decode."""
@@ -227,10 +244,20 @@ class RouterObserver:
         self._events_seen_unix_s: dict[PoolName, float] = {}
 
     def start(
-        self, endpoint: Endpoint, request_id: str, placement_id: str, arrival_s: float
+        self,
+        endpoint: Endpoint,
+        request_id: str,
+        placement_id: str,
+        arrival_s: float,
+        layout: PromptLayout | None = None,
+        cache_break: CacheBreak | None = None,
     ) -> RequestObservation:
-        """Open the observation of an accepted (validated) request."""
-        return RequestObservation(self, endpoint, request_id, placement_id, arrival_s)
+        """Open the observation of an accepted (validated) request; count its cache break."""
+        if cache_break is not None:
+            self.metrics.cache_breaks.labels(cache_break.part).inc()
+        return RequestObservation(
+            self, endpoint, request_id, placement_id, arrival_s, layout, cache_break
+        )
 
     def rejected(self, endpoint: Endpoint, status: int) -> None:
         """A request refused before it was accepted (validation, policy header, admission)."""
@@ -260,6 +287,12 @@ class RouterObserver:
             m.kv_wait_seconds.observe(stages.get("kv_transfer", 0.0))
         for gap in timeline.inter_token_s():
             m.itl.observe(gap)
+
+    def update_conversation_gauges(self, conversations: ConversationTracker | None) -> None:
+        """Refresh the cache-break detector's state gauges (called at each scrape)."""
+        if conversations is not None:
+            self.metrics.conversations.set(conversations.num_conversations)
+            self.metrics.conversation_state_bytes.set(conversations.stored_bytes)
 
     def update_pool_gauges(self) -> None:
         """Refresh the per-pool gauges from the replica view (called at each scrape)."""

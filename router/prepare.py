@@ -9,20 +9,27 @@ must fix and never touch the cluster.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from pdserve.config import PdserveConfig
 from pdserve.messages import SamplingOptions
+from pdserve.router.context.breaks import CacheBreak, ConversationTracker, conversation_key
+from pdserve.router.context.layout import PromptLayout
 from pdserve.router.errors import OpenAIError
 from pdserve.router.openai_models import ChatCompletionRequest, ChatMessage, CompletionRequest
+from pdserve.router.prompts import RenderedChat
 
 
 class Tokenizer(Protocol):
     """What preparing needs of the model's tokenizer (router/prompts.py `PromptRenderer`)."""
 
-    def render_chat(self, messages: list[ChatMessage], add_generation_prompt: bool) -> list[int]:
-        """Token ids of a chat rendered by the chat template; OpenAIError(400) if it can't."""
+    def render_chat(
+        self, messages: list[ChatMessage], add_generation_prompt: bool, *, layout: bool = False
+    ) -> RenderedChat:
+        """Token ids of a chat rendered by the chat template (and, with `layout`, which
+        tokens belong to which message, None when unknown); OpenAIError(400) if it can't."""
         ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -47,15 +54,36 @@ class PreparedRequest:
     """The client asked for an SSE stream (also sets how often decode sends tokens)."""
     include_usage: bool = False
     """Streaming only: send a final usage chunk (stream_options.include_usage)."""
+    layout: PromptLayout | None = None
+    """Which prompt tokens belong to which chat message (None: a completion, prompt cost
+    off, or a template the layout cannot follow)."""
+    cache_break: CacheBreak | None = None
+    """Where this prompt stopped repeating its conversation's previous one (None: no break,
+    no earlier request known, or detection off)."""
 
 
 class RequestPreparer:
     """Validates and tokenizes chat and completion requests for one served model."""
 
-    def __init__(self, config: PdserveConfig, tokenizer: Tokenizer):
+    def __init__(
+        self,
+        config: PdserveConfig,
+        tokenizer: Tokenizer,
+        conversations: ConversationTracker | None = None,
+    ):
+        """`conversations` None: no cache-break detection."""
         self._config = config
         self._tokenizer = tokenizer
         self._vocab_size = tokenizer.vocab_size()
+        cost = config.router.prompt_cost
+        self._layouts = cost.enabled
+        self._conversations = conversations if cost.enabled and cost.detect_cache_breaks else None
+        self._key_from_user = cost.conversation_key_from_user
+
+    @property
+    def conversations(self) -> ConversationTracker | None:
+        """The cache-break detector's state (None: detection off)."""
+        return self._conversations
 
     @property
     def model_id(self) -> str:
@@ -71,7 +99,10 @@ class RequestPreparer:
                 code="model_not_found",
             )
 
-    def prepare_chat(self, req: ChatCompletionRequest, request_id: str) -> PreparedRequest:
+    def prepare_chat(
+        self, req: ChatCompletionRequest, request_id: str, conversation: str | None = None
+    ) -> PreparedRequest:
+        """`conversation`: the x-pdserve-conversation header, if sent."""
         self._check_common(req.model, req.unsupported_reason())
         for i, message in enumerate(req.messages):
             try:
@@ -79,12 +110,20 @@ class RequestPreparer:
             except ValueError:  # a non-text part: the renderer answers it with a 400
                 continue
             _check_unicode(text, f"messages[{i}].content")
-        ids = self._tokenizer.render_chat(req.messages, req.add_generation_prompt)
-        return self._prepare(
+        rendered = self._tokenizer.render_chat(
+            req.messages, req.add_generation_prompt, layout=self._layouts
+        )
+        ids, layout = rendered.token_ids, rendered.layout
+        prepared = self._prepare(
             request_id, ids, req, req.requested_max_tokens(), req.num_logprobs(), "messages"
         )
+        key = self._conversation_key(conversation, req.user, ids, layout)
+        return replace(prepared, layout=layout, cache_break=self._observe(key, ids, layout))
 
-    def prepare_completion(self, req: CompletionRequest, request_id: str) -> PreparedRequest:
+    def prepare_completion(
+        self, req: CompletionRequest, request_id: str, conversation: str | None = None
+    ) -> PreparedRequest:
+        """`conversation`: the x-pdserve-conversation header, if sent."""
         self._check_common(req.model, req.unsupported_reason())
         prompt = req.single_prompt()
         if not prompt:
@@ -106,7 +145,36 @@ class RequestPreparer:
                     param="prompt",
                 )
             ids = prompt
-        return self._prepare(request_id, ids, req, req.max_tokens, req.logprobs, "prompt")
+        prepared = self._prepare(request_id, ids, req, req.max_tokens, req.logprobs, "prompt")
+        key = self._conversation_key(conversation, req.user, ids, None)
+        return replace(prepared, cache_break=self._observe(key, ids, None))
+
+    def _conversation_key(
+        self, header: str | None, user: str | None, ids: list[int], layout: PromptLayout | None
+    ) -> bytes | None:
+        """The conversation a request continues: the header's, else the `user` field's (when
+        configured), else a chat prompt's opening (its tokens to the end of its first
+        non-system message); None: not tracked."""
+        if self._conversations is None:
+            return None
+        if header:
+            return conversation_key("header", header)
+        if user and self._key_from_user:
+            return conversation_key("user", user)
+        if layout is None:
+            return None
+        opening = next((m for m in layout.messages if m.part != "system"), None)
+        if opening is None:
+            return None
+        return conversation_key("opening", array("i", ids[: opening.end]).tobytes())
+
+    def _observe(
+        self, key: bytes | None, ids: list[int], layout: PromptLayout | None
+    ) -> CacheBreak | None:
+        """Only for a request that is valid (prepared): compare it with its conversation."""
+        if key is None or self._conversations is None:
+            return None
+        return self._conversations.observe(key, ids, layout)
 
     def _check_common(self, model: str, unsupported: tuple[str, str] | None) -> None:
         self.check_model(model)

@@ -63,6 +63,9 @@ class ResponseBuilder:
     num_prompt_tokens: int
     num_cached_tokens: int | None = None
     """Set by the caller before `usage`/`body` (the request's observation knows it)."""
+    prompt_cost: dict[str, Any] | None = None
+    """Set by the caller before `usage`/`body`: the usage's `pdserve_prompt_cost` field
+    (None: not reported)."""
     num_completion_tokens: int = 0
     text_parts: list[str] = field(default_factory=list)
     logprob_items: list[TokenLogprob] = field(default_factory=list)
@@ -83,9 +86,12 @@ class ResponseBuilder:
             self.finish_reason = chunk.finish_reason
 
     def usage(self) -> dict[str, Any]:
-        return usage(
+        body = usage(
             self.num_prompt_tokens, self.num_completion_tokens, self.num_cached_tokens or 0
         )
+        if self.prompt_cost is not None:
+            body["pdserve_prompt_cost"] = self.prompt_cost
+        return body
 
     # Streaming -------------------------------------------------------------------------
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:

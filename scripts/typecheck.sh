@@ -9,6 +9,7 @@ for f in pdserve/*.py; do ln -s "../../$f" "$tree/pdserve/$(basename "$f")"; don
 ln -s ../../pdserve/engine "$tree/pdserve/engine"
 ln -s ../../pdserve/autoscaling "$tree/pdserve/autoscaling"
 ln -s ../../pdserve/sim "$tree/pdserve/sim"
+ln -s ../../pdserve/context "$tree/pdserve/context"
 for pkg in router prefill_pool decode_pool kv_transfer deploy bench; do
   ln -s "../../$pkg" "$tree/pdserve/$pkg"
 done
@@ -41,4 +42,5 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -p pdserve.top \
   -p pdserve.profiling \
   -p pdserve.sim \
+  -p pdserve.context \
   -p pdserve.bench.gpu_check

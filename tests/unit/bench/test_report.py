@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.models import PhaseOutcome, RequestResult
+from pdserve.bench.models import CacheBreakRecord, PhaseOutcome, PromptCostRecord, RequestResult
 from pdserve.bench.prompts import Calibration
+from pdserve.bench.render import parts_table, steps_table
 from pdserve.bench.report import build_metrics, build_report, compute_ratios, is_good
 
 
@@ -142,8 +143,72 @@ def test_agent_totals_and_steps() -> None:
     assert steps[1] == {
         "step": 1, "num_requests": 2, "prompt_tokens_mean": 950.0, "cached_tokens_mean": 448.0,
         "prefill_s_mean": pytest.approx(0.2), "decode_s_mean": pytest.approx(0.8),
+        "parts": None, "num_cache_breaks": None, "cache_break_at": None,
+        "lost_tokens_mean": None,
     }  # fmt: skip
     assert data["ratios"]["b/a"]["prefilled_tokens_total"] == pytest.approx(3012 / 5700)
+    runs = b["agent_runs"]
+    assert [(r["agent"], len(r["steps"])) for r in runs] == [(0, 3), (1, 3)]
+    assert runs[0]["steps"][2] == {
+        "step": 2, "prompt_tokens": 1400, "cached_tokens": 896, "messages": None,
+        "cache_break": None,
+    }  # fmt: skip
+
+
+def _costed(step: int, broke: bool) -> PromptCostRecord:
+    """Step `step` of a loop: system 300 tokens, task 100, then 200 per step; the cache
+    holds everything before this step's new messages (or, after a break, nothing)."""
+    sizes = [("system", 300), ("user", 100)] + [("assistant", 50), ("tool", 150)] * step
+    cached_upto = 0 if broke else 400 + 200 * (step - 1) if step else 0
+    messages, pos = [], 0
+    for i, (role, n) in enumerate(sizes):
+        cached = max(0, min(n, cached_upto - pos))
+        messages.append((i, role, cached, n - cached))
+        pos += n
+    parts: dict[str, list[int]] = {}
+    for _, role, cached, computed in messages:
+        acc = parts.setdefault(role, [0, 0])
+        acc[0] += cached
+        acc[1] += computed
+    brk = CacheBreakRecord(5, 0, "system", "system", 600) if broke else None
+    return PromptCostRecord(
+        parts=tuple((p, c, u) for p, (c, u) in parts.items()),
+        messages=tuple(messages),
+        cache_break=brk,
+    )
+
+
+def test_agent_steps_report_tokens_by_part_and_cache_breaks() -> None:
+    cfg = BenchConfig(workload="agent")
+    results = [
+        _result(
+            a * 3 + s, request_class="agent", agent=a, step=s, prompt_tokens=400 + 200 * s,
+            cached_tokens=0, ttft_s=0.1, e2e_s=1.0, prompt_cost=_costed(s, broke=a == 1 and s > 0),
+        )
+        for a in range(2)
+        for s in range(3)
+    ]  # fmt: skip
+    report = build_report(cfg, "m", None, [PhaseOutcome("default", 0, tuple(results), 3.0)], False)
+    policy = report.policies["default"]
+    steps = policy.steps or []
+    assert steps[0].num_cache_breaks == 0 and steps[0].cache_break_at == []
+    assert steps[2].num_cache_breaks == 1 and steps[2].cache_break_at == ["message 0 (system)"]
+    assert steps[2].lost_tokens_mean == 600
+    parts = steps[2].parts or {}
+    # Agent 0 cached its first 600 tokens, agent 1 (broken) none: means over both.
+    assert (parts["system"].cached_mean, parts["system"].computed_mean) == (150, 150)
+    assert (parts["tool"].cached_mean, parts["tool"].computed_mean) == (75, 225)
+    runs = policy.agent_runs or []
+    last = runs[1].steps[2]
+    assert last.messages is not None and [m["tokens"] for m in last.messages] == [
+        300, 100, 50, 150, 50, 150,
+    ]  # fmt: skip
+    assert last.cache_break is not None and last.cache_break["lost_tokens"] == 600
+    table = parts_table("default", policy)
+    assert table is not None and [c.header for c in table.columns] == [
+        "Step", "system", "user", "assistant", "tool",
+    ]  # fmt: skip
+    assert "Cache breaks" in [c.header for c in steps_table("default", policy).columns]
 
 
 def test_ratios_with_three_policies_use_the_first_as_base() -> None:

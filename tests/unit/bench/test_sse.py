@@ -158,3 +158,26 @@ def test_pdserve_timing_of_the_usage_chunk_is_read_in_order() -> None:
     assert chunk.stages == (("router_queue", 0.001), ("prefill", 0.05), ("decode", 0.2))
     plain = read_chunk(SSEEvent(event="message", data=json.dumps({"choices": []})))
     assert plain.stages == ()
+
+
+def test_usage_chunk_carries_pdserve_prompt_cost() -> None:
+    usage = {
+        "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 4},
+        "pdserve_prompt_cost": {
+            "parts": {"system": {"cached": 4, "computed": 2}, "template": {"cached": 0,
+                                                                          "computed": 4}},
+            "cache_break": {"token_index": 3, "message_index": 0, "role": "system",
+                            "part": "system", "lost_tokens": 7},
+            "messages": [{"index": 0, "role": "system", "cached": 4, "computed": 3}],
+        },
+    }  # fmt: skip
+    chunk = read_chunk(SSEEvent("message", json.dumps({"choices": [], "usage": usage})))
+    assert chunk.usage is not None and chunk.usage.prompt_cost is not None
+    cost = chunk.usage.prompt_cost
+    assert cost.parts == (("system", 4, 2), ("template", 0, 4))
+    assert cost.messages == ((0, "system", 4, 3),)
+    assert cost.cache_break is not None and cost.cache_break.lost_tokens == 7
+    usage["pdserve_prompt_cost"] = {"parts": {"system": {"cached": "x"}}}  # malformed
+    chunk = read_chunk(SSEEvent("message", json.dumps({"choices": [], "usage": usage})))
+    assert chunk.usage is not None and chunk.usage.prompt_cost is None

@@ -86,7 +86,8 @@ def test_agent_conversation_grows_by_reply_and_tool_result(
     assert initial_words == pytest.approx((500 - 3) / 1.25, abs=8)
     sizes = []
     for step in range(3):
-        spec = step_request(conv, cfg)
+        spec = step_request(conv, cfg, 1_700_000_000.0 + step)
+        assert spec.messages == conv.messages and spec.conversation is None  # no breaker
         assert (spec.endpoint, spec.agent, spec.step, spec.index) == ("chat", 1, step, 3 + step)
         sizes.append(len(spec.messages or ()))
         prev = conv.messages
@@ -101,6 +102,21 @@ def test_agent_conversation_grows_by_reply_and_tool_result(
         else:
             assert tool.tool_call_id == f"call_1_{step}"
     assert sizes == [2, 4, 6]
+
+
+def test_timestamp_breaker_changes_only_the_system_prompt_start(factory: PromptFactory) -> None:
+    cfg = BenchConfig(workload="agent", cache_breaker="timestamp")
+    conv = start_conversation(2, cfg, factory, key="bench-x-agent-2")
+    a = step_request(conv, cfg, 1_700_000_000.25)
+    conv = advance(conv, "reply", cfg, factory)
+    b = step_request(conv, cfg, 1_700_000_001.5)
+    assert a.messages is not None and b.messages is not None
+    assert a.conversation == b.conversation == "bench-x-agent-2"
+    assert a.messages[0].content.startswith("Current time: 2023-11-14T22:13:20.250000+00:00. ")
+    assert a.messages[0].content != b.messages[0].content
+    original = conv.messages[0].content
+    assert a.messages[0].content.endswith(original) and b.messages[0].content.endswith(original)
+    assert a.messages[1:] == b.messages[1:2]  # the rest of the history is unchanged
 
 
 def test_agents_have_unique_starts_per_agent_and_salt(factory: PromptFactory) -> None:

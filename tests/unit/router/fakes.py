@@ -19,10 +19,12 @@ from pdserve.messages import (
     PrefillRequest,
     PrefillResult,
 )
+from pdserve.router.context.layout import MessageSpan, PromptLayout
 from pdserve.router.openai_models import ChatMessage
 from pdserve.router.placement import Placer
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.prompts import RenderedChat
 from pdserve.router.replica_view import ReplicaView
 
 BLOCK_TOKENS = 16
@@ -188,8 +190,18 @@ def placer(
 class WordTokenizer:
     """One token per whitespace-separated word (ids from a fixed vocabulary of 1,000)."""
 
-    def render_chat(self, messages: list[ChatMessage], add_generation_prompt: bool) -> list[int]:
-        return [1] + [t for m in messages for t in self.encode(m.text())]
+    def render_chat(
+        self, messages: list[ChatMessage], add_generation_prompt: bool, *, layout: bool = False
+    ) -> RenderedChat:
+        """Template: one bos token (1), then per message its content words; the layout puts
+        the bos in the first message's segment."""
+        ids, spans = [1], []
+        for i, m in enumerate(messages):
+            start = len(ids)
+            ids.extend(self.encode(m.text()))
+            spans.append(MessageSpan(i, m.role, 0 if i == 0 else start, start, len(ids)))
+        found = PromptLayout(len(ids), tuple(spans)) if layout else None
+        return RenderedChat(ids, found)
 
     def encode(self, text: str) -> list[int]:
         return [len(word) % 1000 for word in text.split()]

@@ -50,7 +50,9 @@ async def test_remote_prefill_sends_each_pool_its_message_and_observes_everythin
     assert r.sample("pdserve_requests_total", endpoint="completion",
                     decision="remote_prefill", status="200") == 1  # fmt: skip
     assert r.sample("pdserve_kv_transfers_total") == 1
-    assert r.sample("pdserve_prompt_tokens_total") == LONG
+    # A completion prompt is one part; the first 3 tokens came from the prefill's cache.
+    assert r.sample("pdserve_prompt_tokens_total", part="prompt", cached="true") == 3
+    assert r.sample("pdserve_prompt_tokens_total", part="prompt", cached="false") == LONG - 3
     assert r.sample("pdserve_cached_prompt_tokens_total") == 3
     assert r.sample("pdserve_generation_tokens_total") == 3
     ttft = r.sample("pdserve_time_to_first_token_seconds_count",

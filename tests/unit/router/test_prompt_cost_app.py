@@ -26,13 +26,16 @@ TASK = "count the apples"
 
 
 class Client:
-    def __init__(self, enabled: bool = True, num_cached_prefill: int = 150) -> None:
-        config = PdserveConfig.model_validate({"router": {"prompt_cost": {"enabled": enabled}}})
+    def __init__(
+        self, enabled: bool = True, num_cached_prefill: int = 150, max_bytes: int = 1 << 20
+    ) -> None:
+        cost = {"enabled": enabled, "conversation_state_max_bytes": max_bytes}
+        config = PdserveConfig.model_validate({"router": {"prompt_cost": cost}})
         the_placer = placer(local_prefill_max_cold_tokens=64)
         self.metrics = RouterMetrics()
         dispatcher = FakeDispatcher(num_cached_prefill=num_cached_prefill)
         app = build_app(
-            RequestPreparer(config, WordTokenizer(), ConversationTracker(1 << 20)),
+            RequestPreparer(config, WordTokenizer(), ConversationTracker(max_bytes)),
             Orchestrator(config.router, dispatcher, the_placer),
             RouterObserver(self.metrics, the_placer, clock=StepClock()),
             ClusterStatus(the_placer, dispatcher),
@@ -144,3 +147,20 @@ async def test_off_switch_removes_header_and_field_and_counts_one_part() -> None
     assert c.sample("pdserve_prompt_tokens_total", part="prompt", cached="false") > total - 150
     assert c.sample("pdserve_prompt_tokens_total", part="system", cached="true") == 0
     assert c.sample("pdserve_cache_breaks_total", part="system") == 0
+
+
+async def test_thousands_of_conversations_stay_within_the_memory_bound() -> None:
+    max_bytes = 1 << 16
+    c = Client(max_bytes=max_bytes)
+    for i in range(2000):
+        resp = await c.chat(step(0, f"c{i} {SYSTEM}"), user=f"user-{i}")
+        assert resp.status_code == 200
+    metrics = (await c.http.get("/metrics")).text
+    gauges = {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("pdserve_conversation")
+    }
+    # Each conversation: 205 tokens (820 bytes) + 200 bytes of overhead.
+    assert 0 < gauges["pdserve_conversation_state_bytes"] <= max_bytes
+    assert gauges["pdserve_conversations"] == max_bytes // (4 * 205 + 200)

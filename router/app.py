@@ -135,16 +135,18 @@ def build_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
-        conversation = request.headers.get(CONVERSATION_HEADER)
+        conversation, caller = _conversation_of(request)
         return await completions.handle(
-            "chat", request, lambda rid: preparer.prepare_chat(body, rid, conversation)
+            "chat", request, lambda rid: preparer.prepare_chat(body, rid, conversation, caller)
         )
 
     @app.post("/v1/completions")
     async def completion(body: CompletionRequest, request: Request) -> Response:
-        conversation = request.headers.get(CONVERSATION_HEADER)
+        conversation, caller = _conversation_of(request)
         return await completions.handle(
-            "completion", request, lambda rid: preparer.prepare_completion(body, rid, conversation)
+            "completion",
+            request,
+            lambda rid: preparer.prepare_completion(body, rid, conversation, caller),
         )
 
     return app
@@ -372,6 +374,12 @@ async def _events(
     finally:
         await chunks.aclose()
         obs.ended(status)
+
+
+def _conversation_of(request: Request) -> tuple[str | None, str]:
+    """The x-pdserve-conversation header (None: not sent) and the caller's credentials (the
+    Authorization header; empty on an open API), which scope conversations per API key."""
+    return request.headers.get(CONVERSATION_HEADER), request.headers.get("authorization", "")
 
 
 def _content_length(request: Request) -> int:

@@ -100,9 +100,14 @@ class RequestPreparer:
             )
 
     def prepare_chat(
-        self, req: ChatCompletionRequest, request_id: str, conversation: str | None = None
+        self,
+        req: ChatCompletionRequest,
+        request_id: str,
+        conversation: str | None = None,
+        caller: str = "",
     ) -> PreparedRequest:
-        """`conversation`: the x-pdserve-conversation header, if sent."""
+        """`conversation`: the x-pdserve-conversation header, if sent; `caller`: the
+        request's credentials (its Authorization header), which scope its conversations."""
         self._check_common(req.model, req.unsupported_reason())
         for i, message in enumerate(req.messages):
             try:
@@ -117,13 +122,17 @@ class RequestPreparer:
         prepared = self._prepare(
             request_id, ids, req, req.requested_max_tokens(), req.num_logprobs(), "messages"
         )
-        key = self._conversation_key(conversation, req.user, ids, layout)
+        key = self._conversation_key(conversation, req.user, ids, layout, caller)
         return replace(prepared, layout=layout, cache_break=self._observe(key, ids, layout))
 
     def prepare_completion(
-        self, req: CompletionRequest, request_id: str, conversation: str | None = None
+        self,
+        req: CompletionRequest,
+        request_id: str,
+        conversation: str | None = None,
+        caller: str = "",
     ) -> PreparedRequest:
-        """`conversation`: the x-pdserve-conversation header, if sent."""
+        """As `prepare_chat`."""
         self._check_common(req.model, req.unsupported_reason())
         prompt = req.single_prompt()
         if not prompt:
@@ -146,11 +155,16 @@ class RequestPreparer:
                 )
             ids = prompt
         prepared = self._prepare(request_id, ids, req, req.max_tokens, req.logprobs, "prompt")
-        key = self._conversation_key(conversation, req.user, ids, None)
+        key = self._conversation_key(conversation, req.user, ids, None, caller)
         return replace(prepared, cache_break=self._observe(key, ids, None))
 
     def _conversation_key(
-        self, header: str | None, user: str | None, ids: list[int], layout: PromptLayout | None
+        self,
+        header: str | None,
+        user: str | None,
+        ids: list[int],
+        layout: PromptLayout | None,
+        caller: str,
     ) -> bytes | None:
         """The conversation a request continues: the header's, else the `user` field's (when
         configured), else a chat prompt's opening (its tokens to the end of its first
@@ -158,15 +172,15 @@ class RequestPreparer:
         if self._conversations is None:
             return None
         if header:
-            return conversation_key("header", header)
+            return conversation_key("header", header, caller)
         if user and self._key_from_user:
-            return conversation_key("user", user)
+            return conversation_key("user", user, caller)
         if layout is None:
             return None
         opening = next((m for m in layout.messages if m.part != "system"), None)
         if opening is None:
             return None
-        return conversation_key("opening", array("i", ids[: opening.end]).tobytes())
+        return conversation_key("opening", array("i", ids[: opening.end]).tobytes(), caller)
 
     def _observe(
         self, key: bytes | None, ids: list[int], layout: PromptLayout | None

@@ -68,10 +68,17 @@ class _Remembered:
     """Where its trailing template tokens began (the whole prompt without a layout)."""
 
 
-def conversation_key(kind: str, value: str | bytes) -> bytes:
-    """A fixed-size key (16 bytes) for a conversation, whatever the caller sent."""
+def conversation_key(kind: str, value: str | bytes, caller: str = "") -> bytes:
+    """A fixed-size key (16 bytes) for a conversation, whatever the client sent. `caller`
+    (the request's credentials, e.g. its Authorization header) scopes it: a break reveals
+    where a prompt departs from the conversation's previous one, so one API key must never
+    be compared with another key's prompts."""
     raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
-    return hashlib.blake2b(kind.encode() + b"\0" + raw, digest_size=16).digest()
+    h = hashlib.blake2b(digest_size=16)
+    for piece in (kind.encode(), caller.encode("utf-8", "surrogatepass"), raw):
+        h.update(len(piece).to_bytes(8, "little"))
+        h.update(piece)
+    return h.digest()
 
 
 def common_prefix_tokens(a: bytes, b: bytes) -> int:

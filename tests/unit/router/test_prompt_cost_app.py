@@ -164,3 +164,17 @@ async def test_thousands_of_conversations_stay_within_the_memory_bound() -> None
     # Each conversation: 205 tokens (820 bytes) + 200 bytes of overhead.
     assert 0 < gauges["pdserve_conversation_state_bytes"] <= max_bytes
     assert gauges["pdserve_conversations"] == max_bytes // (4 * 205 + 200)
+
+
+async def test_conversations_are_scoped_by_api_key() -> None:
+    """A break reveals where a prompt departs from the conversation's previous one: another
+    API key sending the same conversation key must not be compared with it."""
+    c = Client()
+    alice = {"x-pdserve-conversation": "shared", "authorization": "Bearer alice"}
+    mallory = {"x-pdserve-conversation": "shared", "authorization": "Bearer mallory"}
+    await c.chat(step(1), headers=alice)
+    resp = await c.chat(step(1, "probe " + SYSTEM), headers=mallory)
+    assert json.loads(resp.headers["x-pdserve-prompt-cost"])["cache_break"] is None
+    resp = await c.chat(step(2, "changed " + SYSTEM), headers=alice)
+    brk = json.loads(resp.headers["x-pdserve-prompt-cost"])["cache_break"]
+    assert brk is not None and brk["message_index"] == 0

@@ -44,7 +44,7 @@ class PromptRenderer:
         if not getattr(self._tok, "chat_template", None):
             self._tok.chat_template = None
         self.eos_token_id: int | None = self._tok.eos_token_id
-        self._has_offsets = bool(getattr(self._tok, "is_fast", False))
+        self._has_offsets = getattr(self._tok, "backend_tokenizer", None) is not None
         if not self._has_offsets:
             log.warning(
                 "the tokenizer at %s is not a fast tokenizer (no token offsets): prompt cost "
@@ -73,13 +73,15 @@ class PromptRenderer:
         text = self._render(convo, add_generation_prompt)
         if not (layout and self._has_offsets):
             return RenderedChat(list(self._tok.encode(text, add_special_tokens=False)), None)
-        enc = self._tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = list(enc["input_ids"])
+        # The Rust tokenizer directly: the same ids as `encode`, with offsets, and no slower
+        # (the Python wrapper's offset mapping costs about a third more on long prompts).
+        enc = self._tok.backend_tokenizer.encode(text, add_special_tokens=False)
+        ids = list(enc.ids)
         try:
             skeleton_convo = [{**c, "content": skeleton_marker(i)} for i, c in enumerate(convo)]
             skeleton = self._render(skeleton_convo, add_generation_prompt)
             found: PromptLayout | None = layout_from_render(
-                text, enc["offset_mapping"], skeleton, [m.role for m in messages], texts
+                text, enc.offsets, skeleton, [m.role for m in messages], texts
             )
         except (LayoutMismatch, OpenAIError):
             found = None

@@ -81,8 +81,8 @@ def fit_host_contention(
     contention = max(0.0, (ratio - 1) / busy) if busy > 0 else 0.0
     client = stages.get(CLIENT_OVERHEAD)
     client_s = client.p50_s if client is not None and client.p50_s is not None else 0.0
-    sigma = _lognormal_sigma(pre.p50_s, pre.p99_s)
-    decode_sigma = _lognormal_sigma(dec.p50_s, dec.p99_s)
+    sigma = _lognormal_sigma(pre.p50_s, pre.p99_s, HOPS_PER_STAGE)
+    decode_sigma = _lognormal_sigma(dec.p50_s, dec.p99_s, HOPS_PER_STAGE)
     return base.model_copy(
         update={
             "host_contention": contention,
@@ -94,8 +94,19 @@ def fit_host_contention(
     )
 
 
-def _lognormal_sigma(p50_s: float, p99_s: float | None) -> float:
-    """The sigma of a log-normal whose p99 / p50 is the measured one (0 when not above 1)."""
+HOPS_PER_STAGE = 2
+"""A measured `*_hops` stage is two hops (there and back), each drawn on its own in the
+simulation."""
+
+
+def _lognormal_sigma(p50_s: float, p99_s: float | None, num_terms: int = 1) -> float:
+    """The sigma of each of `num_terms` independent, identical log-normals whose sum has the
+    measured p99 / p50 (0 when not above 1). A sum spreads less than its terms, so fitting
+    the sum's spread to one term would narrow the simulated tail; the terms' sigma comes
+    from the Fenton-Wilkinson approximation (the sum as one log-normal with the same mean and
+    variance): exp(sigma^2) = 1 + n (exp(sigma_sum^2) - 1)."""
     if p99_s is None or p50_s <= 0 or p99_s <= p50_s:
         return 0.0
-    return min(3.0, math.log(p99_s / p50_s) / Z99)
+    sigma_sum = math.log(p99_s / p50_s) / Z99
+    sigma = math.sqrt(math.log1p(num_terms * math.expm1(sigma_sum**2)))
+    return min(3.0, sigma)

@@ -6,7 +6,7 @@ bench/RESULTS.md "Simulator against measurements").
 The host contention (how the remote-prefill path slows while engines occupy this 2-core
 machine) is fitted on the 1P1D run only; aggregated and 2P1D are then predicted out of
 sample. What the test keeps is what holds today; what does not hold is listed in RESULTS.md
-(disaggregated short-request TTFT p99 2.3x low; aggregated long TTFT p50 18 % and p99 41 %
+(disaggregated short-request TTFT p99 1.7x low; aggregated long TTFT p50 18 % and p99 38 %
 low; 2P1D ITL p99 33 % low)."""
 
 from __future__ import annotations

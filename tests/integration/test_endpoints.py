@@ -121,6 +121,7 @@ def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> 
 
 
 def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -> None:
+    from pdserve.router.context.layout import PARTS
     from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS, POOLS
 
     cluster.client().completions.create(model="pdserve-demo", prompt="label me", max_tokens=2)
@@ -132,6 +133,8 @@ def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -
         "decision": set(DECISIONS),
         "pool": set(POOLS),
         "endpoint": {"chat", "completion"},
+        "part": set(PARTS),
+        "cached": {"true", "false"},
     }
     seen = set()
     for family in text_string_to_metric_families(text):

@@ -15,7 +15,12 @@ from typing import Protocol
 
 from pdserve.config import PdserveConfig
 from pdserve.messages import SamplingOptions
-from pdserve.router.context.breaks import CacheBreak, ConversationTracker, conversation_key
+from pdserve.router.context.breaks import (
+    BYTES_PER_TOKEN,
+    CacheBreak,
+    ConversationTracker,
+    conversation_key,
+)
 from pdserve.router.context.layout import PromptLayout
 from pdserve.router.errors import OpenAIError
 from pdserve.router.openai_models import ChatCompletionRequest, ChatMessage, CompletionRequest
@@ -122,8 +127,8 @@ class RequestPreparer:
         prepared = self._prepare(
             request_id, ids, req, req.requested_max_tokens(), req.num_logprobs(), "messages"
         )
-        key = self._conversation_key(conversation, req.user, ids, layout, caller)
-        return replace(prepared, layout=layout, cache_break=self._observe(key, ids, layout))
+        found = self._observe(conversation, req.user, ids, layout, caller)
+        return replace(prepared, layout=layout, cache_break=found)
 
     def prepare_completion(
         self,
@@ -155,40 +160,36 @@ class RequestPreparer:
                 )
             ids = prompt
         prepared = self._prepare(request_id, ids, req, req.max_tokens, req.logprobs, "prompt")
-        key = self._conversation_key(conversation, req.user, ids, None, caller)
-        return replace(prepared, cache_break=self._observe(key, ids, None))
+        found = self._observe(conversation, req.user, ids, None, caller)
+        return replace(prepared, cache_break=found)
 
-    def _conversation_key(
+    def _observe(
         self,
         header: str | None,
         user: str | None,
         ids: list[int],
         layout: PromptLayout | None,
         caller: str,
-    ) -> bytes | None:
-        """The conversation a request continues: the header's, else the `user` field's (when
-        configured), else a chat prompt's opening (its tokens to the end of its first
-        non-system message); None: not tracked."""
+    ) -> CacheBreak | None:
+        """Only for a request that is valid (prepared): compare it with the previous request
+        of its conversation (None: no break, or not tracked). The conversation is the
+        header's, else the `user` field's (when configured), else a chat prompt's opening
+        (its tokens to the end of its first non-system message)."""
         if self._conversations is None:
             return None
+        tokens = array("i", ids).tobytes()  # once: the opening key and the comparison
         if header:
-            return conversation_key("header", header, caller)
-        if user and self._key_from_user:
-            return conversation_key("user", user, caller)
-        if layout is None:
-            return None
-        opening = next((m for m in layout.messages if m.part != "system"), None)
-        if opening is None:
-            return None
-        return conversation_key("opening", array("i", ids[: opening.end]).tobytes(), caller)
-
-    def _observe(
-        self, key: bytes | None, ids: list[int], layout: PromptLayout | None
-    ) -> CacheBreak | None:
-        """Only for a request that is valid (prepared): compare it with its conversation."""
-        if key is None or self._conversations is None:
-            return None
-        return self._conversations.observe(key, ids, layout)
+            key = conversation_key("header", header, caller)
+        elif user and self._key_from_user:
+            key = conversation_key("user", user, caller)
+        else:
+            opening = (
+                next((m for m in layout.messages if m.part != "system"), None) if layout else None
+            )
+            if opening is None:
+                return None
+            key = conversation_key("opening", tokens[: opening.end * BYTES_PER_TOKEN], caller)
+        return self._conversations.observe(key, tokens, layout)
 
     def _check_common(self, model: str, unsupported: tuple[str, str] | None) -> None:
         self.check_model(model)

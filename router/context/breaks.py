@@ -151,12 +151,13 @@ class ConversationTracker:
         return int(self._store.maxsize)
 
     def observe(
-        self, key: bytes, ids: Sequence[int], layout: PromptLayout | None
+        self, key: bytes, ids: Sequence[int] | bytes, layout: PromptLayout | None
     ) -> CacheBreak | None:
-        """Compare prompt `ids` with the conversation's previous prompt (the break, or None:
-        none, or the conversation is new or was forgotten), then remember `ids` as its
-        latest. A prompt too big for the whole store is compared but not remembered."""
-        tokens = array("i", ids).tobytes()
+        """Compare prompt `ids` (token ids, or already int32 bytes as `array("i", ids)`
+        makes them) with the conversation's previous prompt (the break, or None: none, or
+        the conversation is new or was forgotten), then remember it as the latest. A prompt
+        too big for the whole store is compared but not remembered."""
+        tokens = ids if isinstance(ids, bytes) else array("i", ids).tobytes()
         with self._lock:
             previous = self._store.get(key)
         found = None
@@ -164,7 +165,7 @@ class ConversationTracker:
             found = find_break(
                 previous.tokens, previous.stable_tokens, tokens, layout, self._block_size_tokens
             )
-        stable = layout.content_end if layout is not None else len(ids)
+        stable = layout.content_end if layout is not None else len(tokens) // BYTES_PER_TOKEN
         entry = _Remembered(tokens, stable)
         with self._lock:
             if _size_bytes(entry) <= self._store.maxsize:

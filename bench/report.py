@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.models import CacheBreakRecord, PhaseOutcome, RequestResult
+from pdserve.bench.models import PhaseOutcome, RequestResult
 from pdserve.bench.prompts import Calibration
 from pdserve.bench.stats import mean, rate, ratio, summarize
 from pdserve.router.timeline import STAGES
@@ -291,23 +292,13 @@ def build_agent_runs(phases: Sequence[PhaseOutcome]) -> list[AgentRunRecord]:
                         ]
                         if cost is not None and cost.messages
                         else None,
-                        cache_break=_break_json(cost.cache_break) if cost is not None else None,
+                        cache_break=asdict(cost.cache_break)
+                        if cost is not None and cost.cache_break is not None
+                        else None,
                     )
                 )
             runs.append(AgentRunRecord(agent=agent, round_index=phase.round_index, steps=steps))
     return runs
-
-
-def _break_json(brk: CacheBreakRecord | None) -> dict[str, Any] | None:
-    if brk is None:
-        return None
-    return {
-        "token_index": brk.token_index,
-        "message_index": brk.message_index,
-        "role": brk.role,
-        "part": brk.part,
-        "lost_tokens": brk.lost_tokens,
-    }
 
 
 def final_context_tokens(phases: Sequence[PhaseOutcome]) -> int:

@@ -157,7 +157,9 @@ class PromptCostConfig(StrictModel):
             "`cache_break` entry of the prompt cost and pdserve_cache_breaks_total. A "
             "conversation is known by the x-pdserve-conversation header, else the request's "
             "`user` field (when conversation_key_from_user), else (chat only) its opening: the "
-            "tokens up to the end of its first non-system message. Needs `enabled`."
+            "tokens up to the end of its first non-system message. Conversations are scoped "
+            "by the request's Authorization header (one API key's prompts are never compared "
+            "with another's). Needs `enabled`."
         ),
     )
     conversation_key_from_user: bool = Field(

@@ -29,7 +29,7 @@ from pdserve.sim.profile import SimProfile
 
 _NOT_WORKLOAD = (
     "profile", "config", "measured", "check", "json_path", "fit_host_on", "host_cores",
-    "write_profile",
+    "write_profile", "runs",
 )  # fmt: skip
 P50_TOLERANCE = 0.15
 P99_TOLERANCE = 0.30
@@ -87,6 +87,14 @@ def simulate(
         pathlib.Path | None,
         typer.Option(help="With --fit-host-on: save the profile with the fitted contention."),
     ] = None,
+    runs: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Simulate the workload this many times (different jitter draws) and pool the "
+            "requests, so p99s are the model's and not one draw's.",
+        ),
+    ] = 8,
     workload: Annotated[str | None, _opt("workload", extra=" mixed|synthetic|trace.")] = None,
     num_requests: Annotated[int | None, _opt("num_requests")] = None,
     concurrency: Annotated[int | None, _opt("concurrency")] = None,
@@ -129,7 +137,7 @@ def simulate(
         if write_profile is not None:
             write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
             console.print(f"profile written to {write_profile}")
-    predictions = [predict(n, lay, prof, cfg, records) for n, lay in layouts.items()]
+    predictions = [predict(n, lay, prof, cfg, records, runs=runs) for n, lay in layouts.items()]
     console.print(_predictions_table(predictions, cfg))
     rows = compare(predictions, report) if report is not None else []
     if rows:
@@ -167,6 +175,14 @@ def _fit_host(
         raise typer.Exit(2) from exc
     console.print(
         f"host contention fitted on {name}: {fitted.host_contention:.2f} ({host_cores} host cores)"
+    )
+    local = fitted.local_jitter_sigma
+    console.print(
+        f"hop spreads (log-normal sigma): prefill path {fitted.serving_jitter_sigma:.2f}, decode "
+        f"path {fitted.decode_jitter_sigma:.2f}, local prefills "
+        f"{'as decode' if local is None else f'{local:.2f}'}; router "
+        f"{fitted.router_s * 1e3:.1f} ms + {fitted.router_per_token_s * 1e6:.2f} us/token, "
+        f"client {fitted.client_s * 1e3:.1f} ms + {fitted.client_per_token_s * 1e6:.2f} us/token"
     )
     return fitted
 
@@ -233,7 +249,8 @@ def _trace(cfg: BenchConfig, console: Console) -> list[TraceRecord]:
 def _predictions_table(predictions: list[Prediction], cfg: BenchConfig) -> Table:
     table = Table(
         title=f"predicted: {cfg.workload} workload, {cfg.num_requests} requests, "
-        f"rate {cfg.request_rate or 'closed loop'}, concurrency {cfg.concurrency}",
+        f"rate {cfg.request_rate or 'closed loop'}, concurrency {cfg.concurrency}"
+        f" ({predictions[0].runs if predictions else 1} simulated runs pooled)",
         caption=f"goodput: TTFT <= {cfg.slo_ttft_s} s and TPOT <= {cfg.slo_tpot_s} s",
     )
     table.add_column("metric")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.report import CLIENT_OVERHEAD, Metrics
+from pdserve.bench.report import CLIENT_OVERHEAD, Metrics, PolicyReport, StageStats
 from pdserve.profiling.samples import ServingSample
 from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.layout import SimLayout
@@ -56,7 +56,7 @@ def fit_host_contention(
     profile: SimProfile,
     layout: SimLayout,
     workload: BenchConfig,
-    measured: Metrics,
+    measured: PolicyReport,
     *,
     host_cores: int,
 ) -> SimProfile:
@@ -66,32 +66,98 @@ def fit_host_contention(
     cores the simulation finds busy at its hops), the `serving_jitter_sigma` and
     `decode_jitter_sigma` of log-normals with the run's prefill_hops and decode_hops p99 /
     p50, and `client_s` from the run's client_overhead p50 (0 when the run did not record
-    it). Raises ValueError when the run has no
-    remote-prefill timeline (aggregated, or not pdserve)."""
+    it). When the run has request classes of different prompt lengths, the router's time
+    (router_queue) and the client's (client_overhead) are each fitted as a line in the
+    prompt's tokens through the classes' p50s (`router_s` + `router_per_token_s`, `client_s`
+    + `client_per_token_s`) instead. When the run's request classes tell the two paths apart
+    (a class with no prefill stage prefilled on its decode engine; one with it, remotely), the
+    decode path's spread is fitted per path: `decode_jitter_sigma` from the remote classes'
+    decode_hops, `local_jitter_sigma` from the local ones'. Raises ValueError when the run has
+    no remote-prefill timeline (aggregated, or not pdserve)."""
     stages = measured.stages or {}
     pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")
     if pre is None or dec is None or pre.p50_s is None or dec.p50_s is None:
         raise ValueError("the measured run has no remote-prefill timeline to fit hops from")
     loaded_hop_s = (pre.p50_s + dec.p50_s) / 4
-    base = profile.model_copy(update={"host_cores": host_cores, "host_contention": 0.0})
+    client = stages.get(CLIENT_OVERHEAD)
+    client_p50_s = client.p50_s if client is not None and client.p50_s is not None else 0.0
+    router = _line_by_prompt_tokens(measured, "router_queue") or (profile.router_s, 0.0)
+    client_s, client_per_token_s = _line_by_prompt_tokens(measured, CLIENT_OVERHEAD) or (
+        client_p50_s,
+        0.0,
+    )
+    base = profile.model_copy(
+        update={
+            "host_cores": host_cores,
+            "host_contention": 0.0,
+            "router_s": router[0],
+            "router_per_token_s": router[1],
+            "client_s": client_s,
+            "client_per_token_s": client_per_token_s,
+        }
+    )
     sim = Simulation(layout, base, concurrency=workload.concurrency)
     sim.run(workload_requests(workload, layout.engines[0].limits.block_size_tokens))
     busy = statistics.fmean(sim.busy_samples) / host_cores if sim.busy_samples else 0.0
     ratio = loaded_hop_s / profile.hop_s if profile.hop_s > 0 else 1.0
     contention = max(0.0, (ratio - 1) / busy) if busy > 0 else 0.0
-    client = stages.get(CLIENT_OVERHEAD)
-    client_s = client.p50_s if client is not None and client.p50_s is not None else 0.0
     sigma = _lognormal_sigma(pre.p50_s, pre.p99_s, HOPS_PER_STAGE)
     decode_sigma = _lognormal_sigma(dec.p50_s, dec.p99_s, HOPS_PER_STAGE)
+    local_sigma = None
+    local, remote = _decode_hops_by_path(measured)
+    if local is not None and remote is not None:
+        decode_sigma = _lognormal_sigma(remote.p50_s or 0.0, remote.p99_s, HOPS_PER_STAGE)
+        local_sigma = _lognormal_sigma(local.p50_s or 0.0, local.p99_s, HOPS_PER_STAGE)
     return base.model_copy(
         update={
             "host_contention": contention,
             "serving_jitter_sigma": sigma,
             "decode_jitter_sigma": decode_sigma,
-            "client_s": client_s,
+            "local_jitter_sigma": local_sigma,
             "source": f"{profile.source}; host contention fitted on {layout.name}",
         }
     )
+
+
+def _line_by_prompt_tokens(measured: PolicyReport, stage: str) -> tuple[float, float] | None:
+    """(seconds at 0 tokens, seconds per prompt token): the least-squares line through the
+    measured run's request classes' (mean prompt tokens, `stage` p50), intercept clamped at
+    >= 0; None with fewer than two classes of different prompt lengths that have the stage,
+    or when the stage shrinks with the prompt."""
+    points = [
+        (m.prompt_tokens_mean, s.p50_s)
+        for m in (measured.classes or {}).values()
+        if m.prompt_tokens_mean is not None
+        and (s := (m.stages or {}).get(stage)) is not None
+        and s.p50_s is not None
+    ]
+    if len({x for x, _ in points}) < 2:
+        return None
+    slope, intercept = np.polyfit([x for x, _ in points], [y for _, y in points], 1)
+    if slope < 0:
+        return None
+    return max(0.0, float(intercept)), float(slope)
+
+
+def _decode_hops_by_path(measured: PolicyReport) -> tuple[StageStats | None, StageStats | None]:
+    """(local, remote): the decode_hops of the measured run's largest request class with no
+    prefill stage (all of it prefilled on its decode engine) and of its largest class with one
+    (None where there is no such class, or no decode_hops in it)."""
+    local: list[Metrics] = []
+    remote: list[Metrics] = []
+    for m in (measured.classes or {}).values():
+        stages = m.stages or {}
+        if stages.get("decode_hops") is None or stages["decode_hops"].p50_s is None:
+            continue
+        prefill = stages.get("prefill")
+        (local if prefill is None or prefill.p50_s is None else remote).append(m)
+
+    def hops(group: list[Metrics]) -> StageStats | None:
+        if not group:
+            return None
+        return (max(group, key=lambda m: m.num_requests).stages or {})["decode_hops"]
+
+    return hops(local), hops(remote)
 
 
 HOPS_PER_STAGE = 2

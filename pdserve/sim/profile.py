@@ -35,6 +35,16 @@ class SimProfile(StrictModel):
         ge=0,
         description="Router time before a request is dispatched (parse, tokenize, place).",
     )
+    router_per_token_s: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Router time per prompt token on top of router_s: tokenizing and hashing a longer "
+            "prompt, and long prompts that arrive together waiting on each other in the "
+            "router (fitted with client_per_token_s from a measured run's request classes; "
+            "0 = router_s for every prompt)."
+        ),
+    )
     hop_s: float = Field(
         default=0.003,
         ge=0,
@@ -80,9 +90,21 @@ class SimProfile(StrictModel):
         ge=0,
         le=3,
         description=(
-            "Spread of the decode path's hops (router -> decode replica, first token -> "
+            "Spread of the decode path's hops (router -> decode replica, each stream chunk -> "
             "router): a log-normal factor of median 1 and this sigma (0 = exact; fitted from a "
-            "measured run's decode_hops p99 / p50)."
+            "measured run's decode_hops p99 / p50, of its remotely prefilled classes when the "
+            "run tells them apart)."
+        ),
+    )
+    local_jitter_sigma: float | None = Field(
+        default=None,
+        ge=0,
+        le=3,
+        description=(
+            "Spread of the decode path's hops for a request that prefills on its decode "
+            "engine (every request when aggregated): as decode_jitter_sigma, which it "
+            "replaces for those requests (None = decode_jitter_sigma; fitted from the "
+            "decode_hops of a measured run's request classes that prefilled locally)."
         ),
     )
     client_s: float = Field(
@@ -94,7 +116,24 @@ class SimProfile(StrictModel):
             "run's client_overhead p50; 0 = not modelled)."
         ),
     )
+    client_per_token_s: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Time outside the router's timeline per prompt token on top of client_s: a longer "
+            "request body to send and read (fitted from a measured run's request classes; 0 = "
+            "client_s for every prompt)."
+        ),
+    )
     source: str = Field(default="defaults", description="Where the numbers came from.")
+
+    def router_time_s(self, num_prompt_tokens: int) -> float:
+        """The router's time before dispatching a prompt of `num_prompt_tokens` tokens."""
+        return self.router_s + self.router_per_token_s * num_prompt_tokens
+
+    def client_time_s(self, num_prompt_tokens: int) -> float:
+        """The time outside the router's timeline of a prompt of `num_prompt_tokens` tokens."""
+        return self.client_s + self.client_per_token_s * num_prompt_tokens
 
     def serving_s(self, base_s: float, busy_cores: int) -> float:
         """A serving-layer time while `busy_cores` host cores run engine steps."""

@@ -133,13 +133,17 @@ def rank(
     target_goodput: float = 0.99,
     max_ttft_p99_s: float | None = None,
     max_itl_p99_s: float | None = None,
+    runs: int = 1,
 ) -> list[Ranked]:
-    """Simulate every candidate and sort best first (see the module docstring)."""
+    """Simulate every candidate (`runs` pooled simulations each) and sort best first (see
+    the module docstring)."""
     ranked = []
     for c in points:
         cfg = apply(base, c)
         layout = layout_from_config(cfg, name=c.label())
-        ranked.append(Ranked(c, cfg, predict(c.label(), layout, profile, workload, trace)))
+        ranked.append(
+            Ranked(c, cfg, predict(c.label(), layout, profile, workload, trace, runs=runs))
+        )
 
     def key(r: Ranked) -> tuple[bool, float, int, float]:
         m = r.prediction.metrics

@@ -6,7 +6,7 @@ Who calls it: `pdserve tune` and the validation, once per (layout, workload):
 
 A request's path, mirroring pdserve's:
 1. sent (at its arrival, or when the client's concurrency cap frees a slot);
-2. `router_s` later the policy decides on exact snapshots of every engine (running, waiting,
+2. `router_time_s` later the policy decides on exact snapshots of every engine (running, waiting,
    queued prefill tokens, KV usage) and the shared prefix index (engines add a prompt's blocks
    when they finish computing it, as vLLM's KV events do);
 3. remote prefill: one hop to the prefill engine, its prompt in chunks, one hop back and one
@@ -14,13 +14,15 @@ A request's path, mirroring pdserve's:
    thread it starts only between the prefill engine's steps), then the decode engine's first
    step yields the first token. Local prefill (and every request when aggregated): one hop to
    the decode engine, which computes the prompt itself;
-4. each token reaches the client one hop after its engine step, coalesced like the decode
-   replica's stream (`stream_batch_interval_s`: the first and last at once, otherwise at most
-   one chunk per interval).
+4. tokens are coalesced like the decode replica's stream (`stream_batch_interval_s`: the
+   first and last at once, otherwise at most one chunk per interval); each chunk reaches the
+   client one hop (drawn on its own) after it left the engine, never before the chunk ahead
+   of it.
 On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops and KV transfer
 stretch with the host cores busy with engine steps and spread log-normally
 (`host_contention`, `serving_jitter_sigma`); the decode path's hops spread too
-(`decode_jitter_sigma`); all fitted from a measured run's timeline.
+(`decode_jitter_sigma`, or `local_jitter_sigma` for a request that prefills on its decode
+engine); all fitted from a measured run's timeline.
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
 """
@@ -172,7 +174,8 @@ class Simulation:
     def _send(self, request: SimRequest) -> None:
         self._in_flight += 1
         self._results[request.request_id] = SimResult(request=request, sent_s=self._now)
-        self._at(self._now + self._profile.router_s, lambda: self._place(request))
+        router_s = self._profile.router_time_s(request.prompt_tokens)
+        self._at(self._now + router_s, lambda: self._place(request))
 
     def _snapshots(self, pool: PoolName) -> list[ReplicaSnapshot]:
         snaps = []
@@ -217,7 +220,7 @@ class Simulation:
             prefilling, request.request_id, d.est_prefill_s, d.engine_priority, self._now
         )
         remote = d.prefill_replica_id is not None
-        hop = self._serving(self._profile.hop_s) if remote else self._decode_hop()
+        hop = self._serving(self._profile.hop_s) if remote else self._decode_hop(local=True)
         seq = Seq(
             request_id=request.request_id,
             prompt_tokens=request.prompt_tokens,
@@ -266,10 +269,11 @@ class Simulation:
     def _finished(self, seq: Seq) -> None:
         """The decode engine produced a request's last token: the client's view."""
         result = self._seq_of.pop(id(seq))
-        late = self._decode_hop() + self._profile.client_s
-        chunks = coalesce_times(
-            [t + late for t in seq.token_times_s], self._layout.stream_batch_interval_s
-        )
+        client_s = self._profile.client_time_s(result.request.prompt_tokens)
+        chunks: list[float] = []
+        for t in coalesce_times(seq.token_times_s, self._layout.stream_batch_interval_s):
+            arrive = t + self._decode_hop(local=result.local_prefill) + client_s
+            chunks.append(max(arrive, chunks[-1]) if chunks else arrive)
         result.ttft_s = chunks[0] - result.sent_s
         result.e2e_s = chunks[-1] - result.sent_s
         result.chunk_gaps_s = tuple(b - a for a, b in itertools.pairwise(chunks))
@@ -280,9 +284,12 @@ class Simulation:
         self._in_flight -= 1
         self._fill()
 
-    def _decode_hop(self) -> float:
-        """One hop of the decode path (to the decode replica, or its first token back)."""
-        sigma = self._profile.decode_jitter_sigma
+    def _decode_hop(self, *, local: bool) -> float:
+        """One hop of the decode path (to the decode replica, or a stream chunk back) of a
+        request that prefills on its decode engine (`local`) or was prefilled remotely."""
+        p = self._profile
+        sigma = p.local_jitter_sigma if local and p.local_jitter_sigma is not None else None
+        sigma = p.decode_jitter_sigma if sigma is None else sigma
         hop = self._profile.hop_s
         return hop * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else hop
 

@@ -26,7 +26,7 @@ from pdserve.sim.search import Ranked, candidates, meets_target, rank
 _NOT_WORKLOAD = {
     "profile", "config", "devices", "chunk_tokens", "local_thresholds", "no_aggregated",
     "target_goodput", "workload_from", "top", "write", "write_helm", "max_ttft_p99_s",
-    "max_itl_p99_s",
+    "max_itl_p99_s", "runs",
 }  # fmt: skip
 
 
@@ -102,6 +102,13 @@ def tune(
     max_input_tokens: Annotated[int | None, _opt("max_input_tokens")] = None,
     slo_ttft_s: Annotated[float | None, _opt("slo_ttft_s")] = None,
     slo_tpot_s: Annotated[float | None, _opt("slo_tpot_s")] = None,
+    runs: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Simulations of the workload per candidate (different jitter draws), pooled.",
+        ),
+    ] = 4,
     top: Annotated[int, typer.Option(min=1, help="Rows of the ranked table.")] = 12,
     write: Annotated[
         pathlib.Path | None, typer.Option(help="Write the recommended pdserve config here.")
@@ -132,7 +139,7 @@ def tune(
     with console.status(f"simulating {len(points)} candidates"):
         ranked = rank(
             base, prof, cfg, points, records, target_goodput=target_goodput,
-            max_ttft_p99_s=max_ttft_p99_s, max_itl_p99_s=max_itl_p99_s,
+            max_ttft_p99_s=max_ttft_p99_s, max_itl_p99_s=max_itl_p99_s, runs=runs,
         )  # fmt: skip
     console.print(_table(ranked[:top], cfg.slo_ttft_s, cfg.slo_tpot_s, target_goodput))
     best = ranked[0]

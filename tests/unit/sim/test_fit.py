@@ -1,14 +1,22 @@
 """The jitter fit: the simulation draws each hop of a measured two-hop stage on its own, so
-the fitted sigma must make the *sum* of two draws spread like the measured stage."""
+the fitted sigma must make the *sum* of two draws spread like the measured stage; and the
+decode path's spread is fitted per path (local or remote prefill) when a run tells them
+apart."""
 
 from __future__ import annotations
 
 import math
+import pathlib
 import random
 
 import pytest
 
-from pdserve.sim.fit import _lognormal_sigma
+from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, PolicyReport
+from pdserve.config import load_config
+from pdserve.sim.fit import HOPS_PER_STAGE, _lognormal_sigma, fit_host_contention
+from pdserve.sim.layout import layout_from_config
+from pdserve.sim.profile import SimProfile
 
 
 @pytest.mark.parametrize("ratio", [1.5, 2.0, 4.0, 5.6, 9.0])
@@ -27,3 +35,62 @@ def test_two_hop_sum_reproduces_the_measured_spread(ratio: float) -> None:
 def test_no_spread_without_a_tail() -> None:
     assert _lognormal_sigma(0.010, 0.010, num_terms=2) == 0.0
     assert _lognormal_sigma(0.010, None, num_terms=2) == 0.0
+
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def _fit(drop_classes: bool) -> tuple[SimProfile, PolicyReport]:
+    report = BenchReport.model_validate_json((FIXTURES / "mixed-3way-stages.json").read_text())
+    workload = BenchConfig.model_validate({**report.config, "deployments": (), "json_path": None})
+    measured = report.policies["1p1d"]
+    if drop_classes:
+        measured = measured.model_copy(update={"classes": None})
+    layout = layout_from_config(load_config(ROOT / "deploy" / "local.yaml"), name="1p1d")
+    idle = SimProfile.load(FIXTURES / "sim-profile-local.json")
+    return fit_host_contention(idle, layout, workload, measured, host_cores=2), measured
+
+
+def test_the_decode_spread_is_fitted_per_path_when_the_classes_tell_them_apart() -> None:
+    """In the recorded 1P1D run short prompts all prefilled on the decode engine (their class
+    has no prefill stage) and long ones remotely: each path gets its decode_hops' spread."""
+    fitted, measured = _fit(drop_classes=False)
+    classes = measured.classes or {}
+    short = (classes["short"].stages or {})["decode_hops"]
+    long = (classes["long"].stages or {})["decode_hops"]
+    assert fitted.local_jitter_sigma == pytest.approx(
+        _lognormal_sigma(short.p50_s or 0, short.p99_s, HOPS_PER_STAGE)
+    )
+    assert fitted.decode_jitter_sigma == pytest.approx(
+        _lognormal_sigma(long.p50_s or 0, long.p99_s, HOPS_PER_STAGE)
+    )
+    assert fitted.local_jitter_sigma > 2 * fitted.decode_jitter_sigma  # 107/12 vs 57/29 ms
+
+
+def test_without_classes_one_decode_spread_serves_both_paths() -> None:
+    fitted, measured = _fit(drop_classes=True)
+    hops = (measured.stages or {})["decode_hops"]
+    assert fitted.local_jitter_sigma is None
+    assert fitted.decode_jitter_sigma == pytest.approx(
+        _lognormal_sigma(hops.p50_s or 0, hops.p99_s, HOPS_PER_STAGE)
+    )
+
+
+def test_router_and_client_times_are_lines_in_the_prompt_s_tokens() -> None:
+    """Long prompts spend longer in the router (7 against 2 ms) and outside it (24 against
+    8 ms) in the recorded run: the fit puts a line through the two classes' p50s."""
+    fitted, measured = _fit(drop_classes=False)
+    assert fitted.router_per_token_s > 0 and fitted.client_per_token_s > 0
+    for cls in (measured.classes or {}).values():
+        tokens = round(cls.prompt_tokens_mean or 0)
+        stages = cls.stages or {}
+        router, client = stages["router_queue"].p50_s, stages[CLIENT_OVERHEAD].p50_s
+        assert fitted.router_time_s(tokens) == pytest.approx(router, rel=0.01)
+        assert fitted.client_time_s(tokens) == pytest.approx(client, rel=0.01)
+    # One class (or none): the idle router time and the run's client_overhead p50.
+    flat, measured = _fit(drop_classes=True)
+    assert flat.router_per_token_s == 0 and flat.client_per_token_s == 0
+    client = (measured.stages or {})[CLIENT_OVERHEAD].p50_s
+    assert flat.client_s == client
+    assert flat.router_s == SimProfile.load(FIXTURES / "sim-profile-local.json").router_s

@@ -243,3 +243,43 @@ def test_serving_times_grow_with_busy_host_cores() -> None:
     loaded = Simulation(lay, prof).run(pair).results[0]
     assert idle.ttft_s is not None and loaded.ttft_s is not None
     assert loaded.ttft_s - idle.ttft_s == pytest.approx(1.5 * PROFILE.kv_transfer_s(6000))
+
+
+def test_each_stream_chunk_pays_its_own_hop_and_never_overtakes_the_one_ahead() -> None:
+    """With a spread on the decode path each chunk's hop is drawn on its own: gaps vary
+    around the engine's step, never go negative, and add up to the stream's span."""
+    prof = PROFILE.model_copy(update={"decode_jitter_sigma": 1.5})
+    [exact] = Simulation(layout(), PROFILE).run([request(0, 64, out=40)]).results
+    [r] = Simulation(layout(), prof, seed=3).run([request(0, 64, out=40)]).results
+    step = COST.est_decode_step_s(1, 0)
+    assert exact.chunk_gaps_s == pytest.approx((step,) * 39)
+    assert len(r.chunk_gaps_s) == 39 and min(r.chunk_gaps_s) >= 0
+    assert max(r.chunk_gaps_s) > 2 * step  # a slow hop delays a chunk ...
+    assert min(r.chunk_gaps_s) < 0.5 * step  # ... and the next one catches up
+    assert r.ttft_s is not None and r.e2e_s is not None
+    assert sum(r.chunk_gaps_s) == pytest.approx(r.e2e_s - r.ttft_s)
+
+
+def test_local_prefills_take_the_local_spread_and_remote_ones_the_decode_spread() -> None:
+    """`local_jitter_sigma` replaces `decode_jitter_sigma` for a request that prefills on its
+    decode engine: with one of the two at 0, that path's times are exact."""
+    policy = PolicyConfig(block_size_tokens=BLOCK, local_prefill_max_cold_tokens=128)
+    lay = layout(num_prefill=1, policy=policy)
+    short, long = request(0, 64, out=3), request(1, 2000, out=3)
+    exact = {r.request.request_id: r for r in Simulation(lay, PROFILE).run([short]).results}
+    exact |= {r.request.request_id: r for r in Simulation(lay, PROFILE).run([long]).results}
+    assert exact["r0"].local_prefill and not exact["r1"].local_prefill
+    local_only = PROFILE.model_copy(update={"decode_jitter_sigma": 0.0, "local_jitter_sigma": 2.0})
+    remote_only = PROFILE.model_copy(update={"decode_jitter_sigma": 2.0, "local_jitter_sigma": 0.0})
+    for prof, exact_id, spread_id in ((local_only, "r1", "r0"), (remote_only, "r0", "r1")):
+        for req in (short, long):
+            [r] = Simulation(lay, prof, seed=1).run([req]).results
+            if req.request_id == exact_id:
+                assert r.ttft_s == pytest.approx(exact[exact_id].ttft_s)
+                assert r.chunk_gaps_s == pytest.approx(exact[exact_id].chunk_gaps_s)
+            else:
+                assert r.ttft_s != pytest.approx(exact[spread_id].ttft_s)
+    # Without a local spread of its own, a local prefill takes the decode path's.
+    both = PROFILE.model_copy(update={"decode_jitter_sigma": 2.0})
+    [r] = Simulation(lay, both, seed=1).run([short]).results
+    assert r.ttft_s != pytest.approx(exact["r0"].ttft_s)

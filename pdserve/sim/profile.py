@@ -101,10 +101,11 @@ class SimProfile(StrictModel):
         ge=0,
         le=3,
         description=(
-            "Spread of the decode path's hops for a request that prefills on its decode "
-            "engine (every request when aggregated): as decode_jitter_sigma, which it "
-            "replaces for those requests (None = decode_jitter_sigma; fitted from the "
-            "decode_hops of a measured run's request classes that prefilled locally)."
+            "Spread of the hops before the first token of a request that prefills on its "
+            "decode engine (every request when aggregated): to the decode replica and its "
+            "first chunk back; it replaces decode_jitter_sigma there (None = "
+            "decode_jitter_sigma; fitted from the decode_hops of a measured run's request "
+            "classes that prefilled locally)."
         ),
     )
     client_s: float = Field(

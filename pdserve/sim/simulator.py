@@ -21,8 +21,8 @@ A request's path, mirroring pdserve's:
 On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops and KV transfer
 stretch with the host cores busy with engine steps and spread log-normally
 (`host_contention`, `serving_jitter_sigma`); the decode path's hops spread too
-(`decode_jitter_sigma`, or `local_jitter_sigma` for a request that prefills on its decode
-engine); all fitted from a measured run's timeline.
+(`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
+token); all fitted from a measured run's timeline.
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
 """
@@ -272,7 +272,10 @@ class Simulation:
         client_s = self._profile.client_time_s(result.request.prompt_tokens)
         chunks: list[float] = []
         for t in coalesce_times(seq.token_times_s, self._layout.stream_batch_interval_s):
-            arrive = t + self._decode_hop(local=result.local_prefill) + client_s
+            # The local spread is a local prefill's: its first token's; later chunks stream
+            # like any other request's.
+            local = result.local_prefill and not chunks
+            arrive = t + self._decode_hop(local=local) + client_s
             chunks.append(max(arrive, chunks[-1]) if chunks else arrive)
         result.ttft_s = chunks[0] - result.sent_s
         result.e2e_s = chunks[-1] - result.sent_s

@@ -88,13 +88,14 @@ def simulate(
         typer.Option(help="With --fit-host-on: save the profile with the fitted contention."),
     ] = None,
     runs: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
             help="Simulate the workload this many times (different jitter draws) and pool the "
-            "requests, so p99s are the model's and not one draw's.",
+            "requests, so p99s are the model's and not one draw's. Default: enough runs for "
+            "about 2,400 requests (8 for a 300-request workload, 1 from 2,400 on).",
         ),
-    ] = 8,
+    ] = None,
     workload: Annotated[str | None, _opt("workload", extra=" mixed|synthetic|trace.")] = None,
     num_requests: Annotated[int | None, _opt("num_requests")] = None,
     concurrency: Annotated[int | None, _opt("concurrency")] = None,

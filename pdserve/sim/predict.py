@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -64,15 +65,17 @@ def predict(
     cfg: BenchConfig,
     trace: Sequence[TraceRecord] = (),
     *,
-    runs: int = 1,
+    runs: int | None = None,
 ) -> Prediction:
     """Simulate `cfg`'s workload (its concurrency cap included) on `layout`, `runs` times
     with different jitter draws (seeds 0..runs-1), and pool the requests: a p99 of one
-    200-request run is about its second-slowest request, as noisy as a measurement's."""
-    if runs < 1:
-        raise ValueError(f"runs must be >= 1, got {runs}")
+    200-request run is about its second-slowest request, as noisy as a measurement's.
+    `runs` None: `default_runs` for the workload's size."""
     block = layout.engines[0].limits.block_size_tokens
     requests = workload_requests(cfg, block, trace)
+    runs = default_runs(len(requests)) if runs is None else runs
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, got {runs}")
     outcomes = [
         Simulation(layout, profile, concurrency=cfg.concurrency, seed=seed).run(requests)
         for seed in range(runs)
@@ -82,6 +85,17 @@ def predict(
     )
     metrics, classes = sim_metrics(pooled, cfg)
     return Prediction(name, layout, metrics, classes, runs)
+
+
+POOLED_REQUESTS = 2400
+"""Simulated requests a prediction pools by default (see `default_runs`)."""
+MAX_DEFAULT_RUNS = 8
+
+
+def default_runs(num_requests: int) -> int:
+    """Runs that pool about POOLED_REQUESTS requests: 8 for a 200- or 300-request workload,
+    1 from 2,400 requests on (a long workload's p99 is already many requests deep)."""
+    return max(1, min(MAX_DEFAULT_RUNS, math.ceil(POOLED_REQUESTS / max(1, num_requests))))
 
 
 @dataclass(frozen=True, slots=True)

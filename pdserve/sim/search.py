@@ -133,10 +133,10 @@ def rank(
     target_goodput: float = 0.99,
     max_ttft_p99_s: float | None = None,
     max_itl_p99_s: float | None = None,
-    runs: int = 1,
+    runs: int | None = None,
 ) -> list[Ranked]:
-    """Simulate every candidate (`runs` pooled simulations each) and sort best first (see
-    the module docstring)."""
+    """Simulate every candidate (`runs` pooled simulations each; None = `default_runs`) and
+    sort best first (see the module docstring)."""
     ranked = []
     for c in points:
         cfg = apply(base, c)

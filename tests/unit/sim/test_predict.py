@@ -9,7 +9,7 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.config import load_config
 from pdserve.sim.layout import layout_from_config
-from pdserve.sim.predict import predict
+from pdserve.sim.predict import default_runs, predict
 from pdserve.sim.profile import SimProfile
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -22,7 +22,7 @@ WORKLOAD = BenchConfig(workload="mixed", num_requests=60, request_rate=4.0, conc
 
 
 def test_runs_pool_every_run_s_requests_at_the_same_throughput() -> None:
-    one = predict("1p1d", LAYOUT, PROFILE, WORKLOAD)
+    one = predict("1p1d", LAYOUT, PROFILE, WORKLOAD, runs=1)
     four = predict("1p1d", LAYOUT, PROFILE, WORKLOAD, runs=4)
     assert one.runs == 1 and four.runs == 4
     assert one.metrics.num_requests == 60 and four.metrics.num_requests == 240
@@ -35,3 +35,16 @@ def test_runs_pool_every_run_s_requests_at_the_same_throughput() -> None:
 def test_runs_must_be_positive() -> None:
     with pytest.raises(ValueError, match="runs must be >= 1"):
         predict("1p1d", LAYOUT, PROFILE, WORKLOAD, runs=0)
+
+
+def test_by_default_a_prediction_pools_about_2400_requests() -> None:
+    assert [default_runs(n) for n in (1, 200, 300, 400, 1000, 2400, 10_000)] == [
+        8,
+        8,
+        8,
+        6,
+        3,
+        1,
+        1,
+    ]
+    assert predict("1p1d", LAYOUT, PROFILE, WORKLOAD).runs == 8  # 60 requests

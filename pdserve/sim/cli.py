@@ -18,13 +18,20 @@ from rich.table import Table
 
 from pdserve.bench.cli import _opt
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.report import BenchReport
+from pdserve.bench.report import BenchReport, StageStats
 from pdserve.bench.stats import sig3
 from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.layout import SimLayout, layout_from_config
-from pdserve.sim.predict import ComparedRow, Prediction, compare, predict
+from pdserve.sim.predict import (
+    ComparedRow,
+    Prediction,
+    StageRow,
+    compare,
+    compare_stages,
+    predict,
+)
 from pdserve.sim.profile import SimProfile
 
 _NOT_WORKLOAD = (
@@ -141,10 +148,14 @@ def simulate(
     predictions = [predict(n, lay, prof, cfg, records, runs=runs) for n, lay in layouts.items()]
     console.print(_predictions_table(predictions, cfg))
     rows = compare(predictions, report) if report is not None else []
+    stage_rows = compare_stages(predictions, report) if report is not None else []
+    if stage_rows:
+        console.print(_stages_table(stage_rows))
     if rows:
         console.print(_compared_table(rows))
     if json_path is not None:
-        json_path.write_text(json.dumps(_json(prof, cfg, predictions, rows), indent=2) + "\n")
+        doc = _json(prof, cfg, predictions, rows, stage_rows)
+        json_path.write_text(json.dumps(doc, indent=2) + "\n")
         console.print(f"JSON written to {json_path}")
     if check and rows:
         misses = [r for r in rows if within(r) is False]
@@ -268,6 +279,26 @@ def _predictions_table(predictions: list[Prediction], cfg: BenchConfig) -> Table
     return table
 
 
+def _ms(stats: StageStats | None) -> str:
+    if stats is None or stats.p50_s is None:
+        return "-"
+    p99 = "-" if stats.p99_s is None else f"{stats.p99_s * 1e3:.0f}"
+    return f"{stats.p50_s * 1e3:.0f} / {p99}"
+
+
+def _stages_table(rows: list[StageRow]) -> Table:
+    table = Table(
+        title="pdserve's timeline, predicted vs measured (p50 / p99 ms)",
+        caption="stages as the router records them (router/timeline.py); client_overhead: "
+        "the client's TTFT minus the router's",
+    )
+    for col in ("deployment", "requests", "stage", "predicted", "measured"):
+        table.add_column(col, justify="right" if col in ("predicted", "measured") else "left")
+    for r in rows:
+        table.add_row(r.deployment, r.scope, r.stage, _ms(r.predicted), _ms(r.measured))
+    return table
+
+
 def _compared_table(rows: list[ComparedRow]) -> Table:
     table = Table(
         title="predicted vs measured (ratio = predicted / measured)",
@@ -288,7 +319,11 @@ def _compared_table(rows: list[ComparedRow]) -> Table:
 
 
 def _json(
-    prof: SimProfile, cfg: BenchConfig, predictions: list[Prediction], rows: list[ComparedRow]
+    prof: SimProfile,
+    cfg: BenchConfig,
+    predictions: list[Prediction],
+    rows: list[ComparedRow],
+    stage_rows: list[StageRow],
 ) -> dict[str, Any]:
     return {
         "schema_version": 1,
@@ -313,5 +348,15 @@ def _json(
                 "within_bound": within(r),
             }
             for r in rows
+        ],
+        "stages": [
+            {
+                "deployment": r.deployment,
+                "requests": r.scope,
+                "stage": r.stage,
+                "predicted": None if r.predicted is None else r.predicted.model_dump(mode="json"),
+                "measured": None if r.measured is None else r.measured.model_dump(mode="json"),
+            }
+            for r in stage_rows
         ],
     }

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.report import BenchReport, Metrics
+from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, Metrics, StageStats
 from pdserve.bench.stats import ratio
 from pdserve.bench.trace import TraceRecord
+from pdserve.router.timeline import STAGES
 from pdserve.sim.layout import SimLayout
 from pdserve.sim.profile import SimProfile
 from pdserve.sim.report import sim_metrics
@@ -113,6 +114,37 @@ class ComparedRow:
     @property
     def ratio(self) -> float | None:
         return ratio(self.predicted, self.measured)
+
+
+@dataclass(frozen=True, slots=True)
+class StageRow:
+    """One timeline stage of one deployment's request class: predicted and measured p50 and
+    p99 (seconds; None where that side has no such stage, e.g. a layout without prefills)."""
+
+    deployment: str
+    scope: str
+    stage: str
+    predicted: StageStats | None
+    measured: StageStats | None
+
+
+def compare_stages(predictions: Sequence[Prediction], measured: BenchReport) -> list[StageRow]:
+    """Per deployment the report measured and per request class (all requests when it has
+    none): every timeline stage either side has, in path order, `decode` left out (it is the
+    stream after the first token, not a latency the fit uses)."""
+    rows = []
+    for p in predictions:
+        m = measured.policies.get(p.name)
+        if m is None:
+            continue
+        scopes = [(c, p.classes.get(c), mm) for c, mm in (m.classes or {}).items()]
+        for scope, pm, mm in scopes or [("all", p.metrics, m)]:
+            ps, ms = (pm.stages if pm else None) or {}, mm.stages or {}
+            names = [
+                n for n in (*STAGES, CLIENT_OVERHEAD) if n != "decode" and (n in ps or n in ms)
+            ]
+            rows += [StageRow(p.name, scope, n, ps.get(n), ms.get(n)) for n in names]
+    return rows
 
 
 def compare(predictions: Sequence[Prediction], measured: BenchReport) -> list[ComparedRow]:

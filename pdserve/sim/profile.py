@@ -70,7 +70,7 @@ class SimProfile(StrictModel):
         default=0.0,
         ge=0,
         description=(
-            "With host_cores: the remote-prefill path's hops and KV transfer grow by this "
+            "With host_cores: the remote-prefill path's Ray Serve hops grow by this "
             "factor x the fraction of host cores busy with engine steps at that moment "
             "(fitted from a measured run's timeline by `fit_host_contention`)."
         ),
@@ -80,7 +80,7 @@ class SimProfile(StrictModel):
         ge=0,
         le=3,
         description=(
-            "Spread of the remote-prefill path's hops and KV transfer: each is its modelled "
+            "Spread of the remote-prefill path's hops and the KV transfer: each is its modelled "
             "value times a log-normal factor of median 1 and this sigma (0 = exact; fitted "
             "with host_contention from a measured run's prefill_hops p99 / p50)."
         ),

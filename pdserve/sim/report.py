@@ -22,6 +22,7 @@ def as_bench_result(index: int, r: SimResult) -> RequestResult:
         prompt_tokens=r.request.prompt_tokens,
         completion_tokens=r.request.output_tokens,
         cached_tokens=r.cached_tokens,
+        stages=tuple((name, max(0.0, seconds)) for name, seconds in r.stages.items()),
         text="",
     )
 

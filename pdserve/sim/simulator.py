@@ -18,9 +18,10 @@ A request's path, mirroring pdserve's:
    first and last at once, otherwise at most one chunk per interval); each chunk reaches the
    client one hop (drawn on its own) after it left the engine, never before the chunk ahead
    of it.
-On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops and KV transfer
-stretch with the host cores busy with engine steps and spread log-normally
-(`host_contention`, `serving_jitter_sigma`); the decode path's hops spread too
+On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops stretch with the
+host cores busy with engine steps and spread log-normally (`host_contention`,
+`serving_jitter_sigma`; the KV transfer spreads too, but only waits for the prefill engine's
+step, it does not stretch); the decode path's hops spread too
 (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
 token); all fitted from a measured run's timeline.
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
@@ -65,6 +66,13 @@ class SimResult:
     cached_tokens: int = 0
     local_prefill: bool = False
     decision: Decision | None = None
+    stages: dict[str, float] = field(default_factory=dict)
+    """pdserve's timeline stages as the router would have recorded them (router/timeline.py:
+    router_queue, prefill_queue, prefill, prefill_hops, kv_transfer, decode_first_token,
+    decode_hops, decode); they add up to the router's TTFT, the client adds client_time_s."""
+    dispatch_hop_s: float = 0.0
+    handoff_s: float = 0.0
+    handoff_at_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -221,6 +229,8 @@ class Simulation:
         )
         remote = d.prefill_replica_id is not None
         hop = self._serving(self._profile.hop_s) if remote else self._decode_hop(local=True)
+        result.stages["router_queue"] = self._now - result.sent_s
+        result.dispatch_hop_s = hop
         seq = Seq(
             request_id=request.request_id,
             prompt_tokens=request.prompt_tokens,
@@ -251,7 +261,19 @@ class Simulation:
             computed=request.prompt_tokens,
         )
         self._seq_of[id(seq)] = result
-        pull_at = self._now + self._serving(2 * p.hop_s)
+        result.handoff_s = self._serving(2 * p.hop_s)  # reply to the router, call to decode
+        result.handoff_at_s = self._now
+        # As the router splits its window with vLLM's timestamps: the wait for the step in
+        # progress when the prompt arrived counts as hops, not as queue.
+        queued_s = prefill_seq.queued_s if prefill_seq.queued_s is not None else self._now
+        scheduled_s = prefill_seq.scheduled_s if prefill_seq.scheduled_s is not None else queued_s
+        result.stages["prefill_queue"] = scheduled_s - queued_s
+        result.stages["prefill"] = self._now - scheduled_s
+        window_s = (
+            self._now + result.handoff_s / 2 - (result.sent_s + result.stages["router_queue"])
+        )
+        result.stages["prefill_hops"] = window_s - (self._now - queued_s)
+        pull_at = self._now + result.handoff_s
         prefill_id = d.prefill_replica_id
         self._at(pull_at, lambda: self._pull(prefill_id, d.decode_replica_id, seq))
 
@@ -263,7 +285,9 @@ class Simulation:
             if end > self._now:
                 self._at(end, lambda: self._pull(prefill_id, decode_id, seq))
                 return
-        transfer = self._serving(self._profile.kv_transfer_s(seq.prompt_tokens))
+        # The transfer itself does not stretch with busy cores (measured: its median stays
+        # near the idle one once the wait for the step is taken out); it does spread.
+        transfer = self._jitter(self._profile.kv_transfer_s(seq.prompt_tokens))
         self._at(self._now + transfer, lambda: self._submit(decode_id, seq, transferred=True))
 
     def _finished(self, seq: Seq) -> None:
@@ -277,10 +301,32 @@ class Simulation:
             local = result.local_prefill and not chunks
             arrive = t + self._decode_hop(local=local) + client_s
             chunks.append(max(arrive, chunks[-1]) if chunks else arrive)
+        self._decode_stages(result, seq, chunks[0] - client_s, chunks[-1] - client_s)
         result.ttft_s = chunks[0] - result.sent_s
         result.e2e_s = chunks[-1] - result.sent_s
         result.chunk_gaps_s = tuple(b - a for a, b in itertools.pairwise(chunks))
         self._at(chunks[-1], self._client_done)
+
+    @staticmethod
+    def _decode_stages(result: SimResult, seq: Seq, first_s: float, last_s: float) -> None:
+        """The decode side's stages, given when the first and last chunk reached the router:
+        the decode engine's wait (for the KV, or in its queue), its work to the first token,
+        and the hops that remain of the window (the handoff's second half; the dispatch hop of
+        a local prefill)."""
+        first_token_s = seq.token_times_s[0]
+        scheduled_s = seq.scheduled_s if seq.scheduled_s is not None else first_token_s
+        remote = result.decision is not None and result.decision.prefill_replica_id is not None
+        accepted_s = result.handoff_at_s + result.handoff_s if remote else seq.queued_s
+        accepted_s = scheduled_s if accepted_s is None else accepted_s
+        window_start_s = (
+            result.handoff_at_s + result.handoff_s / 2
+            if remote
+            else result.sent_s + result.stages["router_queue"]
+        )
+        result.stages["kv_transfer"] = scheduled_s - accepted_s
+        result.stages["decode_first_token"] = first_token_s - scheduled_s
+        result.stages["decode_hops"] = (first_s - window_start_s) - (first_token_s - accepted_s)
+        result.stages["decode"] = last_s - first_s
 
     def _client_done(self) -> None:
         """The client got a stream's end: a closed loop sends its next request."""
@@ -297,12 +343,15 @@ class Simulation:
         return hop * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else hop
 
     def _serving(self, base_s: float) -> float:
-        """A time on the remote-prefill path (the prefill call, the handoff, the KV pull) now:
+        """Ray Serve hops of the remote-prefill path (the prefill call, the handoff) now:
         longer while engine steps occupy the host's cores, and spread by the jitter. (On this
         path the measured hops grow 5-10x under load; a local prefill's barely move.)"""
         busy_groups = {self._group_of[eid] for eid, e in self._engines.items() if e.busy}
         self.busy_samples.append(len(busy_groups))
-        seconds = self._profile.serving_s(base_s, len(busy_groups))
+        return self._jitter(self._profile.serving_s(base_s, len(busy_groups)))
+
+    def _jitter(self, seconds: float) -> float:
+        """`seconds` spread by the remote-prefill path's log-normal jitter."""
         sigma = self._profile.serving_jitter_sigma
         return seconds * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else seconds
 
@@ -312,6 +361,7 @@ class Simulation:
         engine = self._engines[engine_id]
         if transferred:  # the pulled blocks are now in the decode engine's prefix cache
             self._index.add_blocks(engine_id, seq.block_hashes)
+        seq.submitted_s = self._now
         engine.submit(seq)
         if not engine.busy:
             # Start at this instant but after every other arrival of the same instant, so
@@ -321,6 +371,9 @@ class Simulation:
 
     def _start_step(self, engine_id: str) -> None:
         engine = self._engines[engine_id]
+        for seq in engine.waiting:
+            if seq.queued_s is None:
+                seq.queued_s = self._now
         step = engine.plan(lambda hashes: self._index.num_cached_blocks(engine_id, hashes))
         if step is None:
             engine.busy = False
@@ -332,6 +385,9 @@ class Simulation:
             if e.busy and eid != engine_id and self._group_of[eid] == group
         )
         engine.busy = True
+        for seq, _ in step.work:
+            if seq.scheduled_s is None:
+                seq.scheduled_s = self._now
         self._steps[engine_id] = step
         end = self._now + step.duration_s * (1 + sharing)
         self._step_end[engine_id] = end

@@ -231,18 +231,19 @@ def test_serving_times_grow_with_busy_host_cores() -> None:
     assert prof.serving_s(0.004, 1) == pytest.approx(0.004 * 2.5)
     assert prof.serving_s(0.004, 5) == pytest.approx(0.004 * 4)  # capped at every core
     assert PROFILE.serving_s(0.004, 2) == 0.004  # no host_cores: the serving layer's own CPUs
-    # A's KV pull happens while B's prompt occupies the prefill engine's core: one of two
-    # host cores busy, so it takes 1 + 3.0 x 1/2 times as long (the hops before it started
-    # while the engine was between steps).
-    pair = [request(0, 6000, out=2), request(1, 8000, out=2, at=0.01)]
+    # B is dispatched, and later handed off, while A's long prompt occupies p0's core: one of
+    # two host cores busy, so each of B's three remote-path hops takes 1 + 3.0 x 1/2 times as
+    # long. Its KV transfer does not stretch.
+    pair = [request(0, 8000, out=2), request(1, 2000, out=2, at=0.01)]
     lay = layout(
-        num_prefill=1,
+        num_prefill=2,
         policy=PolicyConfig(block_size_tokens=BLOCK, lanes=False, spill_max_decode_prefill_s=0),
     )
-    idle = Simulation(lay, PROFILE).run(pair).results[0]
-    loaded = Simulation(lay, prof).run(pair).results[0]
+    idle = Simulation(lay, PROFILE).run(pair).results[1]
+    loaded = Simulation(lay, prof).run(pair).results[1]
+    assert idle.decision is not None and idle.decision.prefill_replica_id == "p1"
     assert idle.ttft_s is not None and loaded.ttft_s is not None
-    assert loaded.ttft_s - idle.ttft_s == pytest.approx(1.5 * PROFILE.kv_transfer_s(6000))
+    assert loaded.ttft_s - idle.ttft_s == pytest.approx(1.5 * 3 * PROFILE.hop_s)
 
 
 def test_each_stream_chunk_pays_its_own_hop_and_never_overtakes_the_one_ahead() -> None:
@@ -293,3 +294,42 @@ def test_local_prefills_take_the_local_spread_up_to_their_first_token() -> None:
     # Without a local spread of its own, a local prefill takes the decode path's.
     r = run(short, decode_jitter_sigma=2.0)
     assert r.ttft_s != pytest.approx(exact_short.ttft_s)
+
+
+def test_stages_are_the_router_s_timeline_and_add_up_to_its_ttft() -> None:
+    """A remote prefill alone: each stage is its modelled piece, and they add up to the TTFT
+    the router sees (the client adds client_time_s)."""
+    lay = layout(num_prefill=1, policy=PolicyConfig(block_size_tokens=BLOCK))
+    prof = PROFILE.model_copy(update={"client_s": 0.005})
+    [r] = Simulation(lay, prof).run([request(0, 2000, out=2)]).results
+    assert r.stages == pytest.approx(
+        {
+            "router_queue": PROFILE.router_s,
+            "prefill_queue": 0.0,
+            "prefill": prefill_s(2000),
+            "prefill_hops": 2 * PROFILE.hop_s,  # there, and back to the router
+            "kv_transfer": PROFILE.kv_transfer_s(2000),
+            "decode_first_token": COST.est_decode_step_s(1, 2000),
+            "decode_hops": 2 * PROFILE.hop_s,  # router -> decode, first token -> router
+            "decode": COST.est_decode_step_s(1, 2000),
+        }
+    )
+    router_ttft = sum(v for k, v in r.stages.items() if k != "decode")
+    assert r.ttft_s == pytest.approx(router_ttft + 0.005)
+
+
+def test_the_wait_for_the_step_in_progress_counts_as_hops_as_vllm_reports_it() -> None:
+    """vLLM adds a request to its scheduler between steps: a prompt that arrives while a step
+    runs shows no queue time; the router's window counts that wait in the hops. Waiting
+    across a step boundary (no room in the step) is queue time."""
+    first, second = request(0, 4000, out=1), request(1, 64, out=1, at=0.1)
+    out = Simulation(layout(), PROFILE).run([first, second]).results
+    busy_until = PROFILE.router_s + PROFILE.hop_s + prefill_s(4000)
+    arrived = 0.1 + PROFILE.router_s + PROFILE.hop_s
+    assert out[1].stages["kv_transfer"] == pytest.approx(0.0)  # a local prefill's queue
+    assert out[1].stages["decode_hops"] == pytest.approx(2 * PROFILE.hop_s + busy_until - arrived)
+    # One sequence slot: the second waits for the first's 4 decode steps after the boundary.
+    first = request(0, 4000, out=5)
+    out = Simulation(layout(max_num_seqs=1), PROFILE).run([first, second]).results
+    assert out[1].stages["kv_transfer"] == pytest.approx(4 * COST.est_decode_step_s(1, 0))
+    assert out[1].stages["decode_hops"] == pytest.approx(2 * PROFILE.hop_s + busy_until - arrived)

@@ -52,12 +52,10 @@ class Seq:
     """Its prompt's own computation began (the cost model's fixed overhead is paid then)."""
     token_times_s: list[float] = field(default_factory=list)
     """When each output token was produced (engine time, seconds)."""
-    submitted_s: float | None = None
-    """When the engine accepted it (the simulation's clock)."""
     queued_s: float | None = None
-    """When the engine's loop first saw it: the first step boundary after `submitted_s`
-    (vLLM adds a request to its scheduler between steps, so its queued timestamp does not
-    count the wait for the step in progress)."""
+    """When the engine's loop first saw it (the simulation's clock): the first step boundary
+    after it was submitted (vLLM adds a request to its scheduler between steps, so its queued
+    timestamp does not count the wait for the step in progress)."""
     scheduled_s: float | None = None
     """When its first step on this engine started."""
     prefilled_s: float | None = None

@@ -70,9 +70,10 @@ class SimResult:
     """pdserve's timeline stages as the router would have recorded them (router/timeline.py:
     router_queue, prefill_queue, prefill, prefill_hops, kv_transfer, decode_first_token,
     decode_hops, decode); they add up to the router's TTFT, the client adds client_time_s."""
-    dispatch_hop_s: float = 0.0
-    handoff_s: float = 0.0
     handoff_at_s: float = 0.0
+    handoff_s: float = 0.0
+    """A remote prefill's handoff: when its prompt was done, and the two hops that followed
+    (the reply to the router, the call to the decode replica)."""
 
 
 @dataclass(slots=True)
@@ -230,7 +231,6 @@ class Simulation:
         remote = d.prefill_replica_id is not None
         hop = self._serving(self._profile.hop_s) if remote else self._decode_hop(local=True)
         result.stages["router_queue"] = self._now - result.sent_s
-        result.dispatch_hop_s = hop
         seq = Seq(
             request_id=request.request_id,
             prompt_tokens=request.prompt_tokens,
@@ -361,7 +361,6 @@ class Simulation:
         engine = self._engines[engine_id]
         if transferred:  # the pulled blocks are now in the decode engine's prefix cache
             self._index.add_blocks(engine_id, seq.block_hashes)
-        seq.submitted_s = self._now
         engine.submit(seq)
         if not engine.busy:
             # Start at this instant but after every other arrival of the same instant, so

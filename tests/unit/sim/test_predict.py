@@ -7,9 +7,11 @@ import pathlib
 import pytest
 
 from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import BenchReport
 from pdserve.config import load_config
+from pdserve.sim.cli import within
 from pdserve.sim.layout import layout_from_config
-from pdserve.sim.predict import default_runs, predict
+from pdserve.sim.predict import compare, default_runs, predict
 from pdserve.sim.profile import SimProfile
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -48,3 +50,21 @@ def test_by_default_a_prediction_pools_about_2400_requests() -> None:
         1,
     ]
     assert predict("1p1d", LAYOUT, PROFILE, WORKLOAD).runs == 8  # 60 requests
+
+
+def test_ttft_over_all_requests_is_not_bounded_when_the_report_has_classes() -> None:
+    """A mixed run's TTFT p50 over short and long prompts together falls between the two
+    classes; the classes' TTFT rows and every ITL row are the bounded ones."""
+    report = BenchReport.model_validate_json((FIXTURES / "mixed-3way-600.json").read_text())
+    workload = BenchConfig.model_validate({**report.config, "deployments": (), "json_path": None})
+    rows = compare([predict("1p1d", LAYOUT, PROFILE, workload, runs=1)], report)
+    unbounded = {(r.scope, r.field) for r in rows if within(r) is None}
+    assert ("all", "ttft_p50_s") in unbounded and ("all", "ttft_p99_s") in unbounded
+    for scope in ("short", "long"):
+        assert (scope, "ttft_p50_s") not in unbounded and (scope, "ttft_p99_s") not in unbounded
+    assert ("all", "itl_p99_s") not in unbounded
+    flat = report.model_copy(
+        update={"policies": {"1p1d": report.policies["1p1d"].model_copy(update={"classes": None})}}
+    )
+    rows = compare([predict("1p1d", LAYOUT, PROFILE, workload, runs=1)], flat)
+    assert all(within(r) is not None for r in rows if r.field == "ttft_p50_s")

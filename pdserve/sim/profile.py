@@ -70,9 +70,9 @@ class SimProfile(StrictModel):
         default=0.0,
         ge=0,
         description=(
-            "With host_cores: the remote-prefill path's Ray Serve hops grow by this "
-            "factor x the fraction of host cores busy with engine steps at that moment "
-            "(fitted from a measured run's timeline by `fit_host_contention`)."
+            "With host_cores: the remote-prefill path's Ray Serve hops grow by this factor "
+            "x the fraction of host cores whose engine is in a step or has requests waiting "
+            "at that moment (fitted from a measured run's timeline by `fit_host_contention`)."
         ),
     )
     serving_jitter_sigma: float = Field(

@@ -19,10 +19,10 @@ A request's path, mirroring pdserve's:
    client one hop (drawn on its own) after it left the engine, never before the chunk ahead
    of it.
 On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops stretch with the
-host cores busy with engine steps and spread log-normally (`host_contention`,
-`serving_jitter_sigma`; the KV transfer spreads too, but only waits for the prefill engine's
-step, it does not stretch); the decode path's hops spread too
-(`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
+host cores busy with engines (in a step, or with requests waiting for one) and spread
+log-normally (`host_contention`, `serving_jitter_sigma`; the KV transfer spreads too, but
+only waits for the prefill engine's step, it does not stretch); the decode path's hops spread
+too (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
 token); all fitted from a measured run's timeline.
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
@@ -344,9 +344,13 @@ class Simulation:
 
     def _serving(self, base_s: float) -> float:
         """Ray Serve hops of the remote-prefill path (the prefill call, the handoff) now:
-        longer while engine steps occupy the host's cores, and spread by the jitter. (On this
-        path the measured hops grow 5-10x under load; a local prefill's barely move.)"""
-        busy_groups = {self._group_of[eid] for eid, e in self._engines.items() if e.busy}
+        longer while engines occupy the host's cores (a core counts while its engine is in a
+        step or has requests waiting for one: an engine that just ended a step with prompts
+        queued computes again at once), and spread by the jitter. (On this path the measured
+        hops grow 5-10x under load; a local prefill's barely move.)"""
+        busy_groups = {
+            self._group_of[eid] for eid, e in self._engines.items() if e.busy or e.has_work
+        }
         self.busy_samples.append(len(busy_groups))
         return self._jitter(self._profile.serving_s(base_s, len(busy_groups)))
 

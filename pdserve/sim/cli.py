@@ -38,6 +38,11 @@ _NOT_WORKLOAD = (
     "profile", "config", "measured", "check", "json_path", "fit_host_on", "host_cores",
     "write_profile", "runs",
 )  # fmt: skip
+RUNS_HELP = (
+    "Simulate the workload this many times (different jitter draws) and pool the requests, so "
+    "p99s are the model's and not one draw's. Default: enough runs for about 2,400 requests "
+    "(8 for a 300-request workload, 1 from 2,400 on)."
+)
 P50_TOLERANCE = 0.15
 P99_TOLERANCE = 0.30
 
@@ -99,12 +104,7 @@ def simulate(
     ] = None,
     runs: Annotated[
         int | None,
-        typer.Option(
-            min=1,
-            help="Simulate the workload this many times (different jitter draws) and pool the "
-            "requests, so p99s are the model's and not one draw's. Default: enough runs for "
-            "about 2,400 requests (8 for a 300-request workload, 1 from 2,400 on).",
-        ),
+        typer.Option(min=1, help=RUNS_HELP),
     ] = None,
     workload: Annotated[str | None, _opt("workload", extra=" mixed|synthetic|trace.")] = None,
     num_requests: Annotated[int | None, _opt("num_requests")] = None,

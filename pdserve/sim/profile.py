@@ -33,7 +33,10 @@ class SimProfile(StrictModel):
     router_s: float = Field(
         default=0.002,
         ge=0,
-        description="Router time before a request is dispatched (parse, tokenize, place).",
+        description=(
+            "Router time before a request is dispatched (parse, tokenize, place); with "
+            "router_per_token_s, the intercept of its line in prompt tokens."
+        ),
     )
     router_per_token_s: float = Field(
         default=0.0,
@@ -114,7 +117,8 @@ class SimProfile(StrictModel):
         description=(
             "Time outside the router's timeline before a client sees its first token: HTTP "
             "into and out of the router and the client's own work (fitted from a measured "
-            "run's client_overhead p50; 0 = not modelled)."
+            "run's client_overhead p50, or, with client_per_token_s, the intercept of its line "
+            "in prompt tokens; 0 = not modelled)."
         ),
     )
     client_per_token_s: float = Field(

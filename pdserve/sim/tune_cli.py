@@ -20,7 +20,7 @@ from rich.table import Table
 from pdserve.bench.cli import _opt
 from pdserve.bench.stats import sig3
 from pdserve.config import ConfigError, load_config
-from pdserve.sim.cli import _bench_config, _load_profile, _load_report, _trace
+from pdserve.sim.cli import RUNS_HELP, _bench_config, _load_profile, _load_report, _trace
 from pdserve.sim.search import Ranked, candidates, meets_target, rank
 
 _NOT_WORKLOAD = {
@@ -104,12 +104,7 @@ def tune(
     slo_tpot_s: Annotated[float | None, _opt("slo_tpot_s")] = None,
     runs: Annotated[
         int | None,
-        typer.Option(
-            min=1,
-            help="Simulations of the workload per candidate (different jitter draws), pooled. "
-            "Default: enough for about 2,400 requests (8 for a 300-request workload, 1 from "
-            "2,400 on).",
-        ),
+        typer.Option(min=1, help=f"Per candidate: {RUNS_HELP}"),
     ] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows of the ranked table.")] = 12,
     write: Annotated[

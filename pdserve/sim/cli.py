@@ -189,7 +189,8 @@ def _fit_host(
         console.print(f"[red]cannot fit host contention:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     console.print(
-        f"host contention fitted on {name}: {fitted.host_contention:.2f} ({host_cores} host cores)"
+        f"host contention fitted on {name}: {fitted.host_contention:.2f} ({host_cores} host "
+        f"cores); engine steps under load +{fitted.engine_step_extra_s * 1e3:.2f} ms"
     )
     local = fitted.local_jitter_sigma
     console.print(

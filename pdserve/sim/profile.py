@@ -78,6 +78,17 @@ class SimProfile(StrictModel):
             "at that moment (fitted from a measured run's timeline by `fit_host_contention`)."
         ),
     )
+    engine_step_extra_s: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Seconds every engine step takes on top of the cost model's time while the "
+            "deployment serves load: on a CPU host, the engines' output processing and "
+            "streaming and the serving layer share the cores the idle profile had to itself "
+            "(fitted with host_contention from a measured run's TPOT p50; 0 = the cost "
+            "model alone)."
+        ),
+    )
     serving_jitter_sigma: float = Field(
         default=0.0,
         ge=0,

@@ -392,7 +392,8 @@ class Simulation:
             if seq.scheduled_s is None:
                 seq.scheduled_s = self._now
         self._steps[engine_id] = step
-        end = self._now + step.duration_s * (1 + sharing)
+        seconds = step.duration_s + self._profile.engine_step_extra_s
+        end = self._now + seconds * (1 + sharing)
         self._step_end[engine_id] = end
         self._at(end, lambda: self._end_step(engine_id))
 

@@ -38,7 +38,7 @@ BOUNDED = (
     ("long", "ttft_p99_s"), ("all", "itl_p50_s"), ("all", "itl_p99_s"),
 )  # fmt: skip
 OUTSIDE = {
-    "mixed-3way-stages.json": {("2p1d", "short", "ttft_p50_s")},
+    "mixed-3way-stages.json": {("aggregated", "short", "ttft_p99_s")},
     "mixed-3way-600.json": {
         ("aggregated", "long", "ttft_p99_s"),
         ("1p1d", "short", "ttft_p99_s"),
@@ -52,8 +52,6 @@ OUTSIDE = {
 OTHER_WORKLOAD = "mixed-3way-rate3-long30.json"
 OUTSIDE_OTHER_WORKLOAD = {
     ("aggregated", "short", "ttft_p50_s"),
-    ("aggregated", "short", "ttft_p99_s"),
-    ("aggregated", "long", "ttft_p99_s"),
     ("1p1d", "short", "ttft_p99_s"),
     ("1p1d", "long", "ttft_p99_s"),
     ("2p1d", "short", "ttft_p99_s"),
@@ -137,6 +135,21 @@ def test_itl_medians_and_throughput_hold_for_every_class(run: str, deployment: s
     for scope in ("all", "short", "long"):
         assert _ratio(rows, deployment, scope, "itl_p50_s") == pytest.approx(1, abs=0.15)
         assert _ratio(rows, deployment, scope, "requests_per_s") == pytest.approx(1, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("run", "fitted_on"), [*((r, None) for r in OUTSIDE), (OTHER_WORKLOAD, "mixed-3way-600.json")]
+)
+def test_decode_speed_and_end_to_end_latency_hold_under_load(
+    run: str, fitted_on: str | None
+) -> None:
+    """The engines' steps under load (engine_step_extra_s, fitted from 1P1D's TPOT p50) carry
+    to the other layouts and to run C: TPOT p50 within 20 % and E2E p50 within 25 % (0.63-0.78
+    of measured, both, with the idle profile's step times)."""
+    rows = _rows(run, fitted_on)
+    for dep in CONFIGS:
+        assert _ratio(rows, dep, "all", "tpot_p50_s") == pytest.approx(1, abs=0.2), dep
+        assert _ratio(rows, dep, "all", "e2e_p50_s") == pytest.approx(1, abs=0.25), dep
 
 
 @pytest.mark.parametrize("run", sorted(OUTSIDE))

@@ -15,7 +15,8 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, PolicyReport
 from pdserve.config import load_config
 from pdserve.sim.fit import HOPS_PER_STAGE, _lognormal_sigma, fit_host_contention
-from pdserve.sim.layout import layout_from_config
+from pdserve.sim.layout import SimLayout, layout_from_config
+from pdserve.sim.predict import predict
 from pdserve.sim.profile import SimProfile
 
 
@@ -41,14 +42,19 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
-def _fit(drop_classes: bool) -> tuple[SimProfile, PolicyReport]:
+def _inputs() -> tuple[SimProfile, SimLayout, BenchConfig, PolicyReport]:
+    """The idle profile, the 1P1D layout, run A's workload and its measured 1P1D."""
     report = BenchReport.model_validate_json((FIXTURES / "mixed-3way-stages.json").read_text())
     workload = BenchConfig.model_validate({**report.config, "deployments": (), "json_path": None})
-    measured = report.policies["1p1d"]
-    if drop_classes:
-        measured = measured.model_copy(update={"classes": None})
     layout = layout_from_config(load_config(ROOT / "deploy" / "local.yaml"), name="1p1d")
     idle = SimProfile.load(FIXTURES / "sim-profile-local.json")
+    return idle, layout, workload, report.policies["1p1d"]
+
+
+def _fit(drop_classes: bool) -> tuple[SimProfile, PolicyReport]:
+    idle, layout, workload, measured = _inputs()
+    if drop_classes:
+        measured = measured.model_copy(update={"classes": None})
     return fit_host_contention(idle, layout, workload, measured, host_cores=2), measured
 
 
@@ -94,3 +100,27 @@ def test_router_and_client_times_are_lines_in_the_prompt_s_tokens() -> None:
     client = (measured.stages or {})[CLIENT_OVERHEAD].p50_s
     assert flat.client_s == client
     assert flat.router_s == SimProfile.load(FIXTURES / "sim-profile-local.json").router_s
+
+
+def test_engine_steps_take_the_run_s_extra_time_under_load() -> None:
+    """The recorded 1P1D run decoded at 8.0 ms per token where the idle profile's steps give
+    about 5.2: the fit adds the gap to every step, and the fitted profile's simulation then
+    has the run's TPOT p50."""
+    idle, layout, workload, measured = _inputs()
+    fitted = fit_host_contention(idle, layout, workload, measured, host_cores=2)
+    assert measured.tpot_p50_s is not None and idle.engine_step_extra_s == 0
+    assert 0.001 < fitted.engine_step_extra_s < measured.tpot_p50_s
+    simulated = predict("1p1d", layout, fitted, workload, runs=1).metrics.tpot_p50_s
+    # The fit simulates before the hops' spreads are fitted; they move TPOT by a few percent.
+    assert simulated == pytest.approx(measured.tpot_p50_s, rel=0.05)
+    without_extra = fitted.model_copy(update={"engine_step_extra_s": 0.0})
+    without = predict("1p1d", layout, without_extra, workload, runs=1).metrics.tpot_p50_s
+    assert without is not None and without < 0.8 * measured.tpot_p50_s
+
+
+def test_no_step_extra_when_the_run_decoded_as_fast_as_the_idle_profile() -> None:
+    idle, layout, workload, measured = _inputs()
+    fast = measured.model_copy(update={"tpot_p50_s": 0.001})  # faster than any modelled step
+    unmeasured = measured.model_copy(update={"tpot_p50_s": None})
+    for m in (fast, unmeasured):
+        assert fit_host_contention(idle, layout, workload, m, host_cores=2).engine_step_extra_s == 0

@@ -84,6 +84,16 @@ def test_one_request_alone_takes_exactly_its_modelled_path() -> None:
     assert r.e2e_s == pytest.approx(ttft + 2 * step)
 
 
+def test_every_engine_step_pays_the_loaded_host_s_extra() -> None:
+    """engine_step_extra_s: the prompt's step and each decode step take it on top."""
+    extra = 0.002
+    loaded = PROFILE.model_copy(update={"engine_step_extra_s": extra})
+    [r] = Simulation(layout(), loaded).run([request(0, 1000, out=3)]).results
+    assert r.ttft_s == pytest.approx(PROFILE.router_s + 2 * PROFILE.hop_s + prefill_s(1000) + extra)
+    step = COST.est_decode_step_s(1, 0) + extra
+    assert r.chunk_gaps_s == pytest.approx((step, step))
+
+
 def test_a_remote_prefill_pays_the_hops_and_the_kv_transfer() -> None:
     lay = layout(num_prefill=1, policy=PolicyConfig(block_size_tokens=BLOCK))
     [r] = Simulation(lay, PROFILE).run([request(0, 2000, out=2)]).results

@@ -127,6 +127,25 @@ class ErrorSample(ReportModel):
     count: int
 
 
+class RequestRecord(ReportModel):
+    """One request as the client measured it (seconds; `start_s` from its phase's start), for
+    analysis beyond the percentiles: confidence intervals of a percentile, a distribution's
+    shape. `stages`: pdserve's timeline (empty against other servers); `error`: None for a
+    success."""
+
+    round_index: int
+    request_class: str
+    start_s: float
+    ttft_s: float | None
+    e2e_s: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    chunk_gaps_s: list[float]
+    stages: dict[str, float]
+    error: str | None = None
+
+
 class PolicyReport(Metrics):
     """One policy, pooled over its rounds. Token totals are sums over all requests;
     `cached_tokens_total` is None when the server reports no cached tokens."""
@@ -141,6 +160,9 @@ class PolicyReport(Metrics):
     steps: list[StepRow] | None = None
     agent_runs: list[AgentRunRecord] | None = None
     errors: list[ErrorSample]
+    requests: list[RequestRecord] | None = None
+    """Every request of every round, in order (None in reports written before they were
+    kept)."""
 
 
 class BenchReport(ReportModel):
@@ -354,6 +376,24 @@ def build_policy_report(phases: Sequence[PhaseOutcome], cfg: BenchConfig) -> Pol
         steps=build_steps(results) if agent else None,
         agent_runs=build_agent_runs(phases) if agent else None,
         errors=error_samples(results),
+        requests=[request_record(p.round_index, r) for p in phases for r in p.results],
+    )
+
+
+def request_record(round_index: int, r: RequestResult) -> RequestRecord:
+    """One request of round `round_index` as the report keeps it."""
+    return RequestRecord(
+        round_index=round_index,
+        request_class=r.request_class,
+        start_s=r.start_s,
+        ttft_s=r.ttft_s,
+        e2e_s=r.e2e_s,
+        prompt_tokens=r.prompt_tokens,
+        completion_tokens=r.completion_tokens,
+        cached_tokens=r.cached_tokens,
+        chunk_gaps_s=list(r.chunk_gaps_s),
+        stages=dict(r.stages),
+        error=r.error,
     )
 
 

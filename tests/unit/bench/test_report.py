@@ -12,7 +12,13 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import CacheBreakRecord, PhaseOutcome, PromptCostRecord, RequestResult
 from pdserve.bench.prompts import Calibration
 from pdserve.bench.render import parts_table, steps_table
-from pdserve.bench.report import build_metrics, build_report, compute_ratios, is_good
+from pdserve.bench.report import (
+    BenchReport,
+    build_metrics,
+    build_report,
+    compute_ratios,
+    is_good,
+)
 
 
 def _result(i: int, **kw: Any) -> RequestResult:
@@ -102,6 +108,30 @@ def test_mixed_compare_report_json() -> None:
     assert ratios["ttft_p99_s"] == pytest.approx(0.5)
     assert ratios["requests_per_s"] == pytest.approx(1.0)
     assert ratios["classes"]["short"]["ttft_p50_s"] == pytest.approx(0.5)
+
+
+def test_every_request_of_every_round_is_kept_in_order() -> None:
+    cfg = BenchConfig(workload="mixed", policies=("round_robin", "pdserve"), rounds=2)
+    phases = [_mixed_phase(p, 0.1 * (k + 1), k) for k in (0, 1) for p in cfg.policies]
+    phases.append(
+        PhaseOutcome("pdserve", 2, (_result(0, error="boom", ttft_s=None, status=500),), 1.0)
+    )
+    phases[1] = PhaseOutcome(
+        "pdserve", 0, (_result(0, stages=(("router_queue", 0.002), ("decode", 0.5))),), 1.0
+    )
+    report = BenchReport.model_validate_json(
+        build_report(cfg, "m", None, phases, interrupted=False).model_dump_json()
+    )
+    rr = report.policies["round_robin"].requests or []
+    assert [(r.round_index, r.request_class) for r in rr] == [
+        (k, "long" if i % 2 else "short") for k in (0, 1) for i in range(8)
+    ]
+    assert [r.ttft_s for r in rr[8:10]] == pytest.approx([0.2, 0.4])
+    pd = report.policies["pdserve"].requests or []
+    assert [r.round_index for r in pd] == [0] + [1] * 8 + [2]
+    assert pd[0].stages == {"router_queue": 0.002, "decode": 0.5}
+    assert pd[0].chunk_gaps_s == [0.1] and pd[0].prompt_tokens == 100
+    assert pd[-1].error == "boom" and pd[-1].ttft_s is None
 
 
 def test_single_policy_uses_default_key_and_no_ratios() -> None:

@@ -76,7 +76,8 @@ def simulate(
         pathlib.Path | None,
         typer.Option(
             help="A `pdserve bench --json` report: simulate its workload and options, and show "
-            "predicted / measured per deployment (its phase names)."
+            "predicted / measured per deployment (its phase names), with each measured "
+            "percentile's 95 % interval when the report kept its requests."
         ),
     ] = None,
     check: Annotated[
@@ -91,8 +92,9 @@ def simulate(
         str | None,
         typer.Option(
             help="With --measured: first fit the host contention (how much slower the serving "
-            "layer's hops get while engines occupy the host's cores; CPU machines) on this "
-            "deployment's measured timeline, then predict every deployment with it."
+            "layer's hops get while engines occupy the host's cores; CPU machines), the hops' "
+            "spreads and the engines' loaded step time on this deployment's measured timeline "
+            "and TPOT, then predict every deployment with it."
         ),
     ] = None,
     host_cores: Annotated[
@@ -163,9 +165,10 @@ def simulate(
     if check and rows:
         misses = [r for r in rows if within(r) is False]
         for r in misses:
+            noise = " (inside the measured 95 % interval)" if r.in_interval else ""
             console.print(
                 f"[red]outside the bound:[/red] {r.deployment} {r.scope} {r.label}: predicted "
-                f"{sig3(r.predicted)}, measured {sig3(r.measured)} (x{sig3(r.ratio)})"
+                f"{sig3(r.predicted)}, measured {sig3(r.measured)} (x{sig3(r.ratio)}){noise}"
             )
         raise typer.Exit(1 if misses else 0)
 
@@ -198,7 +201,8 @@ def _fit_host(
         f"path {fitted.decode_jitter_sigma:.2f}, local prefills "
         f"{'as decode' if local is None else f'{local:.2f}'}; router "
         f"{fitted.router_s * 1e3:.1f} ms + {fitted.router_per_token_s * 1e6:.2f} us/token, "
-        f"client {fitted.client_s * 1e3:.1f} ms + {fitted.client_per_token_s * 1e6:.2f} us/token"
+        f"client {fitted.client_s * 1e3:.1f} ms + {fitted.client_per_token_s * 1e6:.2f} us/token "
+        f"(spread {fitted.client_jitter_sigma:.2f})"
     )
     return fitted
 
@@ -304,23 +308,38 @@ def _stages_table(rows: list[StageRow]) -> Table:
 
 
 def _compared_table(rows: list[ComparedRow]) -> Table:
-    table = Table(
-        title="predicted vs measured (ratio = predicted / measured)",
-        caption="bound: TTFT and ITL p50 within 15 %, p99 within 30 % (TTFT per request "
-        "class when the run has classes)",
+    intervals = any(r.interval is not None for r in rows)
+    caption = (
+        "bound: TTFT and ITL p50 within 15 %, p99 within 30 % (TTFT per request class when the "
+        "run has classes)"
     )
-    for col in ("deployment", "requests", "metric", "predicted", "measured", "ratio", ""):
-        table.add_column(
-            col, justify="right" if col in ("predicted", "measured", "ratio") else "left"
+    if intervals:
+        caption += (
+            "; measured 95 %: the measured value's confidence interval from the run's requests "
+            "(sampling noise only, not the machine's drift between runs); 'OUT, in noise': "
+            "outside the bound, inside that interval"
         )
+    table = Table(title="predicted vs measured (ratio = predicted / measured)", caption=caption)
+    columns = ["deployment", "requests", "metric", "predicted", "measured"]
+    columns += ["measured 95 %"] if intervals else []
+    for col in (*columns, "ratio", ""):
+        numeric = col in ("predicted", "measured", "measured 95 %", "ratio")
+        table.add_column(col, justify="right" if numeric else "left")
     for r in rows:
-        ok = within(r)
-        mark = "" if ok is None else ("ok" if ok else "[red]OUT[/red]")
-        table.add_row(
-            r.deployment, r.scope, r.label, sig3(r.predicted), sig3(r.measured), sig3(r.ratio),
-            mark,
-        )  # fmt: skip
+        cells = [r.deployment, r.scope, r.label, sig3(r.predicted), sig3(r.measured)]
+        if intervals:
+            cells.append("" if r.interval is None else "-".join(sig3(v) for v in r.interval))
+        table.add_row(*cells, sig3(r.ratio), _mark(r))
     return table
+
+
+def _mark(row: ComparedRow) -> str:
+    ok = within(row)
+    if ok is None:
+        return ""
+    if ok:
+        return "ok"
+    return "[red]OUT[/red], in noise" if row.in_interval else "[red]OUT[/red]"
 
 
 def _json(
@@ -351,6 +370,8 @@ def _json(
                 "measured": r.measured,
                 "ratio": r.ratio,
                 "within_bound": within(r),
+                "measured_interval": None if r.interval is None else list(r.interval),
+                "within_measured_interval": r.in_interval,
             }
             for r in rows
         ],

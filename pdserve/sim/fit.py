@@ -67,8 +67,9 @@ def fit_host_contention(
     4 over its remote prefills, against the idle hop, divided by the mean fraction of host
     cores the simulation finds busy at its hops), the `serving_jitter_sigma` and
     `decode_jitter_sigma` of log-normals with the run's prefill_hops and decode_hops p99 /
-    p50, and `client_s` from the run's client_overhead p50 (0 when the run did not record
-    it). When the run has request classes of different prompt lengths, the router's time
+    p50, `client_s` from the run's client_overhead p50 (0 when the run did not record it) and
+    `client_jitter_sigma` from its p99 / p50 (the mean over the run's request classes). When
+    the run has request classes of different prompt lengths, the router's time
     (router_queue) and the client's (client_overhead) are each fitted as a line in the
     prompt's tokens through the classes' p50s (`router_s` + `router_per_token_s`, `client_s`
     + `client_per_token_s`) instead. When the run's request classes tell the two paths apart
@@ -118,6 +119,7 @@ def fit_host_contention(
         local_sigma = _lognormal_sigma(local.p50_s or 0.0, local.p99_s, HOPS_PER_STAGE)
     return base.model_copy(
         update={
+            "client_jitter_sigma": _class_spread(measured, CLIENT_OVERHEAD),
             "host_contention": contention,
             "serving_jitter_sigma": sigma,
             "decode_jitter_sigma": decode_sigma,
@@ -155,6 +157,18 @@ def _step_extra_s(
             break
         extra_s = max(0.0, extra_s + target_s - simulated_s)
     return extra_s
+
+
+def _class_spread(measured: PolicyReport, stage: str) -> float:
+    """The sigma of a log-normal with `stage`'s p99 / p50, the mean over the run's request
+    classes (the run's own stage when it has none; 0 without the stage)."""
+    groups = list((measured.classes or {}).values()) or [measured]
+    sigmas = [
+        _lognormal_sigma(s.p50_s or 0.0, s.p99_s)
+        for m in groups
+        if (s := (m.stages or {}).get(stage)) is not None
+    ]
+    return statistics.fmean(sigmas) if sigmas else 0.0
 
 
 def _line_by_prompt_tokens(measured: PolicyReport, stage: str) -> tuple[float, float] | None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdserve.bench.config import BenchConfig
+from pdserve.bench.intervals import measured_interval
 from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, Metrics, StageStats
 from pdserve.bench.stats import ratio
 from pdserve.bench.trace import TraceRecord
@@ -104,7 +105,10 @@ class ComparedRow:
     """One metric of one deployment (or one of its request classes): predicted, measured
     and predicted / measured. `bounded` False: a TTFT over all requests of a report that has
     request classes (a median of short and long prompts together falls between the two, so
-    the classes' rows are the ones to hold to a bound)."""
+    the classes' rows are the ones to hold to a bound). `interval`: the measured value's 95 %
+    confidence interval from the run's requests (how precisely the run pins it, see
+    pdserve.bench.intervals; None when the report kept no requests or the metric is not a
+    percentile)."""
 
     deployment: str
     scope: str
@@ -113,10 +117,19 @@ class ComparedRow:
     predicted: float | None
     measured: float | None
     bounded: bool = True
+    interval: tuple[float, float] | None = None
 
     @property
     def ratio(self) -> float | None:
         return ratio(self.predicted, self.measured)
+
+    @property
+    def in_interval(self) -> bool | None:
+        """Whether the prediction lies inside the measured value's interval (None without
+        one): a miss inside it is one the run itself cannot tell from sampling noise."""
+        if self.interval is None or self.predicted is None:
+            return None
+        return self.interval[0] <= self.predicted <= self.interval[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +185,7 @@ def compare(predictions: Sequence[Prediction], measured: BenchReport) -> list[Co
                     getattr(pm, f),
                     getattr(mm, f),
                     bounded=not (scope == "all" and m.classes and f.startswith("ttft_")),
+                    interval=measured_interval(m, None if scope == "all" else scope, f),
                 )
                 for label, f in COMPARED
             ]

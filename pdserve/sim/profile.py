@@ -141,6 +141,17 @@ class SimProfile(StrictModel):
             "client_s for every prompt)."
         ),
     )
+    client_jitter_sigma: float = Field(
+        default=0.0,
+        ge=0,
+        le=3,
+        description=(
+            "Spread of the time outside the router's timeline (HTTP into and out of the "
+            "router, the client's own work): a log-normal factor of median 1 and this sigma on "
+            "each request's (0 = exact; fitted from a measured run's client_overhead p99 / p50, "
+            "the mean over its request classes)."
+        ),
+    )
     source: str = Field(default="defaults", description="Where the numbers came from.")
 
     def router_time_s(self, num_prompt_tokens: int) -> float:

@@ -16,14 +16,16 @@ A request's path, mirroring pdserve's:
    the decode engine, which computes the prompt itself;
 4. tokens are coalesced like the decode replica's stream (`stream_batch_interval_s`: the
    first and last at once, otherwise at most one chunk per interval); each chunk reaches the
-   client one hop (drawn on its own) after it left the engine, never before the chunk ahead
-   of it.
+   client one hop (drawn on its own) after it left the engine, plus the request's time
+   outside the router (`client_time_s`, spread by `client_jitter_sigma`, drawn once per
+   request), never before the chunk ahead of it.
 On CPU machines (`SimProfile.host_cores`) the remote-prefill path's hops stretch with the
 host cores busy with engines (in a step, or with requests waiting for one) and spread
 log-normally (`host_contention`, `serving_jitter_sigma`; the KV transfer spreads too, but
 only waits for the prefill engine's step, it does not stretch); the decode path's hops spread
 too (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
-token); all fitted from a measured run's timeline.
+token); all fitted from a measured run's timeline. Every engine step takes
+`engine_step_extra_s` on top of the cost model's time (the run's loaded step time).
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
 """
@@ -293,7 +295,10 @@ class Simulation:
     def _finished(self, seq: Seq) -> None:
         """The decode engine produced a request's last token: the client's view."""
         result = self._seq_of.pop(id(seq))
-        client_s = self._profile.client_time_s(result.request.prompt_tokens)
+        client_s = self._spread(
+            self._profile.client_time_s(result.request.prompt_tokens),
+            self._profile.client_jitter_sigma,
+        )
         chunks: list[float] = []
         for t in coalesce_times(seq.token_times_s, self._layout.stream_batch_interval_s):
             # The local spread is a local prefill's: its first token's; later chunks stream
@@ -339,8 +344,7 @@ class Simulation:
         p = self._profile
         sigma = p.local_jitter_sigma if local and p.local_jitter_sigma is not None else None
         sigma = p.decode_jitter_sigma if sigma is None else sigma
-        hop = self._profile.hop_s
-        return hop * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else hop
+        return self._spread(self._profile.hop_s, sigma)
 
     def _serving(self, base_s: float) -> float:
         """Ray Serve hops of the remote-prefill path (the prefill call, the handoff) now:
@@ -356,7 +360,10 @@ class Simulation:
 
     def _jitter(self, seconds: float) -> float:
         """`seconds` spread by the remote-prefill path's log-normal jitter."""
-        sigma = self._profile.serving_jitter_sigma
+        return self._spread(seconds, self._profile.serving_jitter_sigma)
+
+    def _spread(self, seconds: float, sigma: float) -> float:
+        """`seconds` times a log-normal factor of median 1 and `sigma` (0: exact)."""
         return seconds * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else seconds
 
     # ---- engines ----

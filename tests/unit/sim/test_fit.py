@@ -124,3 +124,19 @@ def test_no_step_extra_when_the_run_decoded_as_fast_as_the_idle_profile() -> Non
     unmeasured = measured.model_copy(update={"tpot_p50_s": None})
     for m in (fast, unmeasured):
         assert fit_host_contention(idle, layout, workload, m, host_cores=2).engine_step_extra_s == 0
+
+
+def test_the_client_s_spread_is_the_classes_mean() -> None:
+    """client_overhead p50 / p99 was 7 / 20 ms for short and 24 / 109 ms for long prompts in
+    the recorded 1P1D run: one log-normal sigma, the mean of the two classes'."""
+    fitted, measured = _fit(drop_classes=False)
+    sigmas = [
+        _lognormal_sigma(s.p50_s or 0.0, s.p99_s)
+        for m in (measured.classes or {}).values()
+        if (s := (m.stages or {})[CLIENT_OVERHEAD]) is not None
+    ]
+    assert len(sigmas) == 2 and fitted.client_jitter_sigma == pytest.approx(sum(sigmas) / 2)
+    assert 0.2 < fitted.client_jitter_sigma < 1.0
+    flat, measured = _fit(drop_classes=True)
+    hops = (measured.stages or {})[CLIENT_OVERHEAD]
+    assert flat.client_jitter_sigma == pytest.approx(_lognormal_sigma(hops.p50_s or 0, hops.p99_s))

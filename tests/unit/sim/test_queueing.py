@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -254,6 +255,23 @@ def test_serving_times_grow_with_busy_host_cores() -> None:
     assert idle.decision is not None and idle.decision.prefill_replica_id == "p1"
     assert idle.ttft_s is not None and loaded.ttft_s is not None
     assert loaded.ttft_s - idle.ttft_s == pytest.approx(1.5 * 3 * PROFILE.hop_s)
+
+
+def test_the_time_outside_the_router_spreads_once_per_request() -> None:
+    """client_jitter_sigma: each request's client time is its own log-normal draw (median
+    client_s), added to its first and last chunk alike, so E2E - TTFT does not move."""
+    sigma = 0.6
+    prof = PROFILE.model_copy(update={"client_s": 0.01, "client_jitter_sigma": sigma})
+    requests = [request(i, 1000, out=3, at=i * 1.0) for i in range(3000)]  # one at a time
+    exact = Simulation(layout(), PROFILE).run(requests[:1]).results[0]
+    results = Simulation(layout(), prof, seed=4).run(requests).results
+    assert exact.ttft_s is not None and exact.e2e_s is not None
+    client = sorted((r.ttft_s or 0.0) - exact.ttft_s for r in results)
+    p50, p99 = client[len(client) // 2], client[int(0.99 * len(client))]
+    assert p50 == pytest.approx(0.01, rel=0.05)
+    assert p99 / p50 == pytest.approx(math.exp(2.3263 * sigma), rel=0.15)
+    for r in results:
+        assert (r.e2e_s or 0.0) - (r.ttft_s or 0.0) == pytest.approx(exact.e2e_s - exact.ttft_s)
 
 
 def test_each_stream_chunk_pays_its_own_hop_and_never_overtakes_the_one_ahead() -> None:

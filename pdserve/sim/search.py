@@ -6,12 +6,14 @@ device of its own (a core on CPU, its GPUs on cuda); for each, every prefill chu
 asked for and (disaggregated) every local-prefill threshold. Ranking: highest goodput (the
 fraction of requests meeting both SLOs): candidates that reach `target_goodput` (and stay
 within the optional TTFT p99 / ITL p99 bounds) come first, fewest devices first, then lowest
-TTFT p99; the rest follow by goodput.
+TTFT p99, where TTFT p99s within `P99_TIE` of the lowest among them count as equal and the
+lower TTFT p50 goes first (the simulator's p99s move by a few percent with its random draws,
+so smaller differences say nothing); the rest follow by goodput.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,9 @@ from pdserve.config import PdserveConfig
 from pdserve.sim.layout import layout_from_config
 from pdserve.sim.predict import Prediction, predict
 from pdserve.sim.profile import SimProfile
+
+P99_TIE = 0.05
+"""TTFT p99s within this fraction of each other rank as equal (then by TTFT p50)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,4 +156,24 @@ def rank(
         meets = meets_target(r, target_goodput, max_ttft_p99_s, max_itl_p99_s)
         return (not meets, 0.0 if meets else -goodput, r.candidate.num_devices, m.ttft_p99_s or 1e9)
 
-    return sorted(ranked, key=key)
+    ordered = sorted(ranked, key=key)
+    return [r for tie in _p99_ties(ordered, key) for r in tie]
+
+
+def _p99_ties(
+    ordered: list[Ranked], key: Callable[[Ranked], tuple[bool, float, int, float]]
+) -> list[list[Ranked]]:
+    """`ordered` cut into runs of the same (meets, goodput, devices) whose TTFT p99 is within
+    P99_TIE of the run's first (lowest), each run sorted by TTFT p50 (stable)."""
+    runs: list[list[Ranked]] = []
+    for r in ordered:
+        head = runs[-1][0] if runs else None
+        if (
+            head is not None
+            and key(head)[:3] == key(r)[:3]
+            and key(r)[3] <= key(head)[3] * (1 + P99_TIE)
+        ):
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return [sorted(run, key=lambda r: r.prediction.metrics.ttft_p50_s or 1e9) for run in runs]

@@ -21,7 +21,7 @@ from pdserve.bench.cli import _opt
 from pdserve.bench.stats import sig3
 from pdserve.config import ConfigError, load_config
 from pdserve.sim.cli import RUNS_HELP, _bench_config, _load_profile, _load_report, _trace
-from pdserve.sim.search import Ranked, candidates, meets_target, rank
+from pdserve.sim.search import P99_TIE, Ranked, candidates, meets_target, rank
 
 _NOT_WORKLOAD = {
     "profile", "config", "devices", "chunk_tokens", "local_thresholds", "no_aggregated",
@@ -164,7 +164,8 @@ def tune(
 def _table(ranked: list[Ranked], slo_ttft_s: float, slo_tpot_s: float, target: float) -> Table:
     table = Table(
         title="candidates, best first (predicted by the simulator)",
-        caption=f"goodput: TTFT <= {slo_ttft_s} s and TPOT <= {slo_tpot_s} s; target {target:.0%}",
+        caption=f"goodput: TTFT <= {slo_ttft_s} s and TPOT <= {slo_tpot_s} s; target {target:.0%}; "
+        f"TTFT p99s within {P99_TIE:.0%} of each other rank by TTFT p50",
     )
     for col in ("#", "layout", "devices", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
                 "TPOT p50", "req/s", "goodput"):  # fmt: skip

@@ -9,13 +9,15 @@ import yaml
 from typer.testing import CliRunner
 
 from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import Metrics
 from pdserve.cli import app
 from pdserve.config import PdserveConfig, load_config
 from pdserve.profiling.samples import ServingSample
 from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.fit import fit_sim_profile
+from pdserve.sim.predict import Prediction
 from pdserve.sim.profile import SimProfile
-from pdserve.sim.search import Candidate, apply, candidates, rank
+from pdserve.sim.search import P99_TIE, Candidate, Ranked, _p99_ties, apply, candidates, rank
 from pdserve.sim.tune_cli import helm_values
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -145,3 +147,29 @@ def test_p99_bounds_turn_a_layout_down_whatever_its_goodput() -> None:
     assert meets_target(r, 0.9, max_itl_p99_s=itl_p99 * 1.01)
     assert not meets_target(r, 0.9, max_itl_p99_s=itl_p99 * 0.99)
     assert not meets_target(r, 0.9, max_ttft_p99_s=0.0)
+
+
+def _ranked(label: int, p99_s: float, p50_s: float, devices: int = 2) -> Ranked:
+    fields = {f: None for f in Metrics.model_fields if f not in ("num_requests", "num_errors")}
+    metrics = Metrics.model_validate(
+        {**fields, "num_requests": 1, "num_errors": 0, "ttft_p99_s": p99_s, "ttft_p50_s": p50_s}
+    )
+    candidate = Candidate("disaggregated", 1, devices - 1, label, 0)
+    return Ranked(candidate, LOCAL, Prediction(str(label), None, metrics, {}))  # type: ignore[arg-type]
+
+
+def test_ttft_p99s_within_five_percent_rank_by_their_p50() -> None:
+    """0.431 and 0.438 s are one tie (the lower p50 first); 0.460 is more than 5 % above the
+    tie's lowest and comes after it; a layout on fewer devices is never mixed into a tie."""
+    ordered = [
+        _ranked(1, 0.431, 0.25), _ranked(2, 0.438, 0.18), _ranked(3, 0.460, 0.10),
+        _ranked(4, 0.470, 0.05, devices=3),
+    ]  # fmt: skip
+
+    def key(r: Ranked) -> tuple[bool, float, int, float]:
+        return (False, 0.0, r.candidate.num_devices, r.prediction.metrics.ttft_p99_s or 0.0)
+
+    ties = _p99_ties(ordered, key)
+    labels = [[r.candidate.chunk_tokens for r in tie] for tie in ties]
+    assert labels == [[2, 1], [3], [4]]
+    assert P99_TIE == 0.05

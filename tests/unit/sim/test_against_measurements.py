@@ -173,19 +173,24 @@ def test_disaggregation_smooths_the_itl_tail_in_prediction_and_measurement(run: 
     assert pd.measured < agg.measured and pd.predicted < agg.predicted  # type: ignore[operator]
 
 
+def _simulate_args(tmp_path: pathlib.Path, run: str) -> list[str]:
+    """`pdserve simulate` against a copy of the recorded `run` whose deployments point at
+    this checkout's configs (the report names them by repository-relative paths)."""
+    report = tmp_path / "measured.json"
+    doc = BenchReport.model_validate_json((FIXTURES / run).read_text())
+    doc.config["deployments"] = [f"{n}={ROOT / 'deploy' / p}" for n, p in CONFIGS.items()]
+    report.write_text(doc.model_dump_json())
+    profile = str(FIXTURES / "sim-profile-local.json")
+    return ["simulate", "--profile", profile, "--measured", str(report), "--fit-host-on", "1p1d"]
+
+
 def test_simulate_command_fits_compares_and_checks(tmp_path: pathlib.Path) -> None:
     from typer.testing import CliRunner
 
     from pdserve.cli import app
 
-    report = tmp_path / "measured.json"
-    # The report names its deployments by repository-relative paths: point them at ours.
-    doc = BenchReport.model_validate_json((FIXTURES / "mixed-3way-stages.json").read_text())
-    doc.config["deployments"] = [f"{n}={ROOT / 'deploy' / p}" for n, p in CONFIGS.items()]
-    report.write_text(doc.model_dump_json())
     args = [
-        "simulate", "--profile", str(FIXTURES / "sim-profile-local.json"),
-        "--measured", str(report), "--fit-host-on", "1p1d",
+        *_simulate_args(tmp_path, "mixed-3way-stages.json"),
         "--write-profile", str(tmp_path / "loaded.json"), "--json", str(tmp_path / "out.json"),
     ]  # fmt: skip
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
@@ -231,14 +236,9 @@ def test_simulate_command_shows_the_measured_intervals(tmp_path: pathlib.Path) -
 
     from pdserve.cli import app
 
-    report = tmp_path / "measured.json"
-    doc = BenchReport.model_validate_json((FIXTURES / "mixed-3way-600-requests.json").read_text())
-    doc.config["deployments"] = [f"{n}={ROOT / 'deploy' / p}" for n, p in CONFIGS.items()]
-    report.write_text(doc.model_dump_json())
     args = [
-        "simulate", "--profile", str(FIXTURES / "sim-profile-local.json"),
-        "--measured", str(report), "--fit-host-on", "1p1d", "--runs", "1",
-        "--json", str(tmp_path / "out.json"),
+        *_simulate_args(tmp_path, "mixed-3way-600-requests.json"),
+        "--runs", "1", "--json", str(tmp_path / "out.json"),
     ]  # fmt: skip
     result = CliRunner().invoke(app, args, env={"COLUMNS": "220"})
     assert result.exit_code == 0, result.output

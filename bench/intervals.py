@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pdserve.bench.models import tpot_s
 from pdserve.bench.report import PolicyReport, RequestRecord
 
 CONFIDENCE = 0.95
@@ -57,12 +58,15 @@ def order_statistic_interval(
     x = np.sort(np.asarray(values, dtype=float))
     n, p = len(x), q / 100
     tail = (1 - confidence) / 2
+    if p in (0.0, 1.0):  # the sample's extreme is all n values can say
+        end = float(x[0] if p == 0 else x[-1])
+        return end, end
     k = np.arange(n + 1)
-    if p in (0.0, 1.0):
-        return float(x[0] if p == 0 else x[-1]), float(x[0] if p == 0 else x[-1])
+    log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))
     log_pmf = (
-        math.lgamma(n + 1)
-        - np.array([math.lgamma(i + 1) + math.lgamma(n - i + 1) for i in k])
+        log_factorial[n]
+        - log_factorial[k]
+        - log_factorial[n - k]
         + k * math.log(p)
         + (n - k) * math.log1p(-p)
     )
@@ -96,9 +100,10 @@ def bootstrap_interval(
     for start in range(0, resamples, batch):
         chosen = picks[start : start + batch]
         rows = np.sort(padded[chosen].reshape(len(chosen), -1), axis=1)
-        position = (lengths[chosen].sum(axis=1) - 1) * q / 100
+        last = lengths[chosen].sum(axis=1) - 1  # index of each resample's largest value
+        position = last * q / 100
         below = np.floor(position).astype(int)
-        above = np.minimum(below + 1, lengths[chosen].sum(axis=1) - 1)
+        above = np.minimum(below + 1, last)
         low_v = np.take_along_axis(rows, below[:, None], axis=1)[:, 0]
         high_v = np.take_along_axis(rows, above[:, None], axis=1)[:, 0]
         estimates.append(low_v + (high_v - low_v) * (position - below))
@@ -130,11 +135,8 @@ def _values(r: RequestRecord, metric: str) -> list[float]:
     """A request's values of `metric` as the report's percentiles pool them (build_metrics)."""
     if metric == "itl":
         return r.chunk_gaps_s
-    if metric == "e2e":
-        return [r.e2e_s]
-    if r.ttft_s is None:
-        return []
-    if metric == "ttft":
-        return [r.ttft_s]
-    tokens = r.completion_tokens
-    return [] if tokens is None or tokens < 2 else [(r.e2e_s - r.ttft_s) / (tokens - 1)]
+    if metric == "tpot":
+        value = tpot_s(r.ttft_s, r.e2e_s, r.completion_tokens)
+    else:
+        value = r.e2e_s if metric == "e2e" else r.ttft_s
+    return [] if value is None else [value]

@@ -129,10 +129,15 @@ class RequestResult:
 
     @property
     def tpot_s(self) -> float | None:
-        """(E2E - TTFT) / (completion tokens - 1); None with fewer than two tokens."""
-        if self.ttft_s is None or self.completion_tokens is None or self.completion_tokens < 2:
-            return None
-        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
+        return tpot_s(self.ttft_s, self.e2e_s, self.completion_tokens)
+
+
+def tpot_s(ttft_s: float | None, e2e_s: float, completion_tokens: int | None) -> float | None:
+    """Time per output token after the first: (E2E - TTFT) / (completion tokens - 1); None
+    without a first token or with fewer than two tokens."""
+    if ttft_s is None or completion_tokens is None or completion_tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (completion_tokens - 1)
 
 
 @dataclass(frozen=True)

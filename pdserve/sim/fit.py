@@ -130,8 +130,8 @@ def fit_host_contention(
 
 
 STEP_EXTRA_ROUNDS = 3
-"""Simulations `_step_extra_s` corrects its estimate with (each moves the predicted TPOT p50
-onto the measured one; steps and tokens are nearly one to one, so it settles in two)."""
+"""Simulations `_step_extra_s` corrects its estimate with (each adds the gap left between the
+simulated and the measured TPOT p50; on the recorded runs the result is within 5 % of it)."""
 
 
 def _step_extra_s(

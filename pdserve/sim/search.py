@@ -13,7 +13,7 @@ so smaller differences say nothing); the rest follow by goodput.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,23 +157,17 @@ def rank(
         return (not meets, 0.0 if meets else -goodput, r.candidate.num_devices, m.ttft_p99_s or 1e9)
 
     ordered = sorted(ranked, key=key)
-    return [r for tie in _p99_ties(ordered, key) for r in tie]
+    return [r for tie in _p99_ties([(key(r), r) for r in ordered]) for r in tie]
 
 
-def _p99_ties(
-    ordered: list[Ranked], key: Callable[[Ranked], tuple[bool, float, int, float]]
-) -> list[list[Ranked]]:
-    """`ordered` cut into runs of the same (meets, goodput, devices) whose TTFT p99 is within
-    P99_TIE of the run's first (lowest), each run sorted by TTFT p50 (stable)."""
-    runs: list[list[Ranked]] = []
-    for r in ordered:
-        head = runs[-1][0] if runs else None
-        if (
-            head is not None
-            and key(head)[:3] == key(r)[:3]
-            and key(r)[3] <= key(head)[3] * (1 + P99_TIE)
-        ):
-            runs[-1].append(r)
+def _p99_ties(keyed: list[tuple[tuple[bool, float, int, float], Ranked]]) -> list[list[Ranked]]:
+    """Candidates in rank order, each with its (meets, goodput, devices, TTFT p99) key, cut
+    into runs of the same first three whose TTFT p99 is within P99_TIE of the run's first
+    (lowest), each run sorted by TTFT p50 (stable)."""
+    runs: list[tuple[tuple[bool, float, int, float], list[Ranked]]] = []
+    for k, r in keyed:
+        if runs and runs[-1][0][:3] == k[:3] and k[3] <= runs[-1][0][3] * (1 + P99_TIE):
+            runs[-1][1].append(r)
         else:
-            runs.append([r])
-    return [sorted(run, key=lambda r: r.prediction.metrics.ttft_p50_s or 1e9) for run in runs]
+            runs.append((k, [r]))
+    return [sorted(run, key=lambda r: r.prediction.metrics.ttft_p50_s or 1e9) for _, run in runs]

@@ -169,7 +169,7 @@ def test_ttft_p99s_within_five_percent_rank_by_their_p50() -> None:
     def key(r: Ranked) -> tuple[bool, float, int, float]:
         return (False, 0.0, r.candidate.num_devices, r.prediction.metrics.ttft_p99_s or 0.0)
 
-    ties = _p99_ties(ordered, key)
+    ties = _p99_ties([(key(r), r) for r in ordered])
     labels = [[r.candidate.chunk_tokens for r in tie] for tie in ties]
     assert labels == [[2, 1], [3], [4]]
     assert P99_TIE == 0.05

@@ -67,7 +67,14 @@ def profile(
     ] = 3000,
     repeats: Annotated[int, typer.Option(min=1, help="Repeats of every sample point.")] = 3,
     quick: Annotated[bool, typer.Option(help="Fewer prompt lengths and batch sizes.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the random prompt token ids.")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the random prompt token ids (default: a new one each run: prompts "
+            "the cluster has cached from an earlier run would prefill from its prefix cache "
+            "or on the decode engine, and measure nothing)."
+        ),
+    ] = None,
     timeout_s: Annotated[
         float, typer.Option("--timeout", min=1, help="Per-request timeout, seconds.")
     ] = 120.0,

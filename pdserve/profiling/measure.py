@@ -60,13 +60,14 @@ class Profiler:
         plan: ProfilePlan,
         *,
         model: str | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         timeout_s: float = 120.0,
         progress: Progress = lambda _: None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """`model`: the id to send (None = the first of /v1/models). `transport` replaces the
-        network (tests)."""
+        network (tests). `seed`: of the prompt token ids; None = a fresh one (an earlier run's
+        prompts are in the prefix cache)."""
         self.url = url.rstrip("/")
         self.plan = plan
         self.model = model

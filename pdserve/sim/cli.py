@@ -186,6 +186,10 @@ def _fit_host(
     if measured is None or name not in layouts:
         console.print(f"[red]error:[/red] --fit-host-on {name}: needs --measured with that phase")
         raise typer.Exit(2)
+    console.print(
+        f"fitting the serving layer on {name} (a few hundred simulations of the "
+        "measured workload; tens of seconds)..."
+    )
     try:
         fitted = fit_host_contention(prof, layouts[name], cfg, measured, host_cores=host_cores)
     except ValueError as exc:
@@ -203,6 +207,10 @@ def _fit_host(
         f"{fitted.router_s * 1e3:.1f} ms + {fitted.router_per_token_s * 1e6:.2f} us/token, "
         f"client {fitted.client_s * 1e3:.1f} ms + {fitted.client_per_token_s * 1e6:.2f} us/token "
         f"(spread {fitted.client_jitter_sigma:.2f})"
+    )
+    console.print(
+        f"host stalls: {fitted.host_stall_rate_per_s:g} per second, median "
+        f"{fitted.host_stall_median_s * 1e3:g} ms (log-normal sigma {fitted.host_stall_sigma:g})"
     )
     return fitted
 

@@ -14,7 +14,7 @@ from pdserve.bench.report import CLIENT_OVERHEAD, Metrics, PolicyReport, StageSt
 from pdserve.profiling.samples import ServingSample
 from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.layout import SimLayout
-from pdserve.sim.predict import workload_requests
+from pdserve.sim.predict import predict, workload_requests
 from pdserve.sim.profile import SimProfile
 from pdserve.sim.report import sim_metrics
 from pdserve.sim.simulator import Simulation
@@ -50,8 +50,10 @@ def fit_sim_profile(
     )
 
 
-Z99 = 2.3263
-"""The standard normal's 99th percentile: a log-normal's p99 / p50 is exp(Z99 x sigma)."""
+Z90 = 1.2816
+"""The standard normal's 90th percentile: a log-normal's p90 / p50 is exp(Z90 x sigma). The
+spreads are fitted to the body of each measured distribution (p90 / p50); its rare, long
+tail is the host's stalls (`_stalls`), not a wider spread on every hop."""
 
 
 def fit_host_contention(
@@ -61,14 +63,15 @@ def fit_host_contention(
     measured: PolicyReport,
     *,
     host_cores: int,
+    stalls: bool = True,
 ) -> SimProfile:
     """`profile` with `host_cores`, the `host_contention` that makes one Ray Serve hop under
     load as long as in a measured run (the run's median hop, (prefill_hops + decode_hops) p50 /
     4 over its remote prefills, against the idle hop, divided by the mean fraction of host
     cores the simulation finds busy at its hops), the `serving_jitter_sigma` and
-    `decode_jitter_sigma` of log-normals with the run's prefill_hops and decode_hops p99 /
+    `decode_jitter_sigma` of log-normals with the run's prefill_hops and decode_hops p90 /
     p50, `client_s` from the run's client_overhead p50 (0 when the run did not record it) and
-    `client_jitter_sigma` from its p99 / p50 (the mean over the run's request classes). When
+    `client_jitter_sigma` from its p90 / p50 (the mean over the run's request classes). When
     the run has request classes of different prompt lengths, the router's time
     (router_queue) and the client's (client_overhead) are each fitted as a line in the
     prompt's tokens through the classes' p50s (`router_s` + `router_per_token_s`, `client_s`
@@ -77,8 +80,10 @@ def fit_host_contention(
     decode path's spread is fitted per path: `decode_jitter_sigma` from the remote classes'
     decode_hops, `local_jitter_sigma` from the local ones'. Before the contention,
     `engine_step_extra_s` makes the simulated TPOT p50 the run's (`_step_extra_s`; the busy
-    cores the contention is fitted against depend on it). Raises ValueError when the run has
-    no remote-prefill timeline (aggregated, or not pdserve)."""
+    cores the contention is fitted against depend on it). Last, with `stalls`, the host's
+    stalls (`host_stall_rate_per_s`, `host_stall_median_s`) that bring the simulated streams
+    closest to the run's (`_stalls`; without, the profile's are kept). Raises ValueError
+    when the run has no remote-prefill timeline (aggregated, or not pdserve)."""
     stages = measured.stages or {}
     pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")
     if pre is None or dec is None or pre.p50_s is None or dec.p50_s is None:
@@ -110,14 +115,14 @@ def fit_host_contention(
     busy = statistics.fmean(sim.busy_samples) / host_cores if sim.busy_samples else 0.0
     ratio = loaded_hop_s / profile.hop_s if profile.hop_s > 0 else 1.0
     contention = max(0.0, (ratio - 1) / busy) if busy > 0 else 0.0
-    sigma = _lognormal_sigma(pre.p50_s, pre.p99_s, HOPS_PER_STAGE)
-    decode_sigma = _lognormal_sigma(dec.p50_s, dec.p99_s, HOPS_PER_STAGE)
+    sigma = _lognormal_sigma(pre.p50_s, pre.p90_s, HOPS_PER_STAGE)
+    decode_sigma = _lognormal_sigma(dec.p50_s, dec.p90_s, HOPS_PER_STAGE)
     local_sigma = None
     local, remote = _decode_hops_by_path(measured)
     if local is not None and remote is not None:
-        decode_sigma = _lognormal_sigma(remote.p50_s or 0.0, remote.p99_s, HOPS_PER_STAGE)
-        local_sigma = _lognormal_sigma(local.p50_s or 0.0, local.p99_s, HOPS_PER_STAGE)
-    return base.model_copy(
+        decode_sigma = _lognormal_sigma(remote.p50_s or 0.0, remote.p90_s, HOPS_PER_STAGE)
+        local_sigma = _lognormal_sigma(local.p50_s or 0.0, local.p90_s, HOPS_PER_STAGE)
+    fitted = base.model_copy(
         update={
             "client_jitter_sigma": _class_spread(measured, CLIENT_OVERHEAD),
             "host_contention": contention,
@@ -127,6 +132,62 @@ def fit_host_contention(
             "source": f"{profile.source}; host contention fitted on {layout.name}",
         }
     )
+    if not stalls:
+        return fitted
+    rate_per_s, median_s = _stalls(fitted, layout, workload, measured)
+    return fitted.model_copy(
+        update={"host_stall_rate_per_s": rate_per_s, "host_stall_median_s": median_s}
+    )
+
+
+STALL_RATES_PER_S = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
+STALL_MEDIANS_S = (0.005, 0.01, 0.02, 0.04)
+"""The grid `_stalls` searches: stalls per second and their median length (seconds)."""
+STALL_FIT_RUNS = 8
+"""Simulated runs pooled for each point of the grid (the tails it compares are p90s and p99s:
+one run's are a handful of gaps deep)."""
+
+
+def _stalls(
+    profile: SimProfile, layout: SimLayout, workload: BenchConfig, measured: PolicyReport
+) -> tuple[float, float]:
+    """(host_stall_rate_per_s, host_stall_median_s): of the grid, the stalls whose simulated
+    streams are closest to the measured run's: the least sum of squared log ratios
+    (simulated / measured) of the ITL p90 and p99 and the TPOT p50 (`_stream_targets`), each
+    simulation pooled over STALL_FIT_RUNS runs. (0, 0) when the run measured none of them.
+    The streams, not the TTFT p99s: an ITL p99 stands on thousands of gaps, a request class's
+    TTFT p99 on its few slowest requests (fitting those too chose stalls that put the ITL p99
+    36-74 % over the measurement on two of the recorded runs)."""
+    targets = _stream_targets(measured)
+    if not targets:
+        return 0.0, 0.0
+    best: tuple[float, float, float] | None = None
+    for rate_per_s in STALL_RATES_PER_S:
+        for median_s in STALL_MEDIANS_S if rate_per_s > 0 else (0.0,):
+            trial = profile.model_copy(
+                update={"host_stall_rate_per_s": rate_per_s, "host_stall_median_s": median_s}
+            )
+            simulated = predict(layout.name, layout, trial, workload, runs=STALL_FIT_RUNS)
+            error = 0.0
+            for field, measured_s in targets:
+                value_s = getattr(simulated.metrics, field)
+                if value_s is None or value_s <= 0:
+                    error = math.inf
+                    break
+                error += math.log(value_s / measured_s) ** 2
+            if best is None or error < best[0]:
+                best = (error, rate_per_s, median_s)
+    return (0.0, 0.0) if best is None else (best[1], best[2])
+
+
+def _stream_targets(measured: PolicyReport) -> list[tuple[str, float]]:
+    """(Metrics field, measured seconds) of what the stalls are fitted to: the ITL p90 and p99
+    and the TPOT p50 of all requests, those the run measured."""
+    return [
+        (field, value_s)
+        for field in ("itl_p90_s", "itl_p99_s", "tpot_p50_s")
+        if (value_s := getattr(measured, field)) is not None and value_s > 0
+    ]
 
 
 STEP_EXTRA_ROUNDS = 3
@@ -160,11 +221,11 @@ def _step_extra_s(
 
 
 def _class_spread(measured: PolicyReport, stage: str) -> float:
-    """The sigma of a log-normal with `stage`'s p99 / p50, the mean over the run's request
+    """The sigma of a log-normal with `stage`'s p90 / p50, the mean over the run's request
     classes (the run's own stage when it has none; 0 without the stage)."""
     groups = list((measured.classes or {}).values()) or [measured]
     sigmas = [
-        _lognormal_sigma(s.p50_s or 0.0, s.p99_s)
+        _lognormal_sigma(s.p50_s or 0.0, s.p90_s)
         for m in groups
         if (s := (m.stages or {}).get(stage)) is not None
     ]
@@ -217,14 +278,14 @@ HOPS_PER_STAGE = 2
 simulation."""
 
 
-def _lognormal_sigma(p50_s: float, p99_s: float | None, num_terms: int = 1) -> float:
+def _lognormal_sigma(p50_s: float, p90_s: float | None, num_terms: int = 1) -> float:
     """The sigma of each of `num_terms` independent, identical log-normals whose sum has the
-    measured p99 / p50 (0 when not above 1). A sum spreads less than its terms, so fitting
+    measured p90 / p50 (0 when not above 1). A sum spreads less than its terms, so fitting
     the sum's spread to one term would narrow the simulated tail; the terms' sigma comes
     from the Fenton-Wilkinson approximation (the sum as one log-normal with the same mean and
     variance): exp(sigma^2) = 1 + n (exp(sigma_sum^2) - 1)."""
-    if p99_s is None or p50_s <= 0 or p99_s <= p50_s:
+    if p90_s is None or p50_s <= 0 or p90_s <= p50_s:
         return 0.0
-    sigma_sum = math.log(p99_s / p50_s) / Z99
+    sigma_sum = math.log(p90_s / p50_s) / Z90
     sigma = math.sqrt(math.log1p(num_terms * math.expm1(sigma_sum**2)))
     return min(3.0, sigma)

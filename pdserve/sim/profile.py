@@ -96,7 +96,7 @@ class SimProfile(StrictModel):
         description=(
             "Spread of the remote-prefill path's hops and the KV transfer: each is its modelled "
             "value times a log-normal factor of median 1 and this sigma (0 = exact; fitted "
-            "with host_contention from a measured run's prefill_hops p99 / p50)."
+            "with host_contention from a measured run's prefill_hops p90 / p50)."
         ),
     )
     decode_jitter_sigma: float = Field(
@@ -106,7 +106,7 @@ class SimProfile(StrictModel):
         description=(
             "Spread of the decode path's hops (router -> decode replica, each stream chunk -> "
             "router): a log-normal factor of median 1 and this sigma (0 = exact; fitted from a "
-            "measured run's decode_hops p99 / p50, of its remotely prefilled classes when the "
+            "measured run's decode_hops p90 / p50, of its remotely prefilled classes when the "
             "run tells them apart)."
         ),
     )
@@ -148,9 +148,33 @@ class SimProfile(StrictModel):
         description=(
             "Spread of the time outside the router's timeline (HTTP into and out of the "
             "router, the client's own work): a log-normal factor of median 1 and this sigma on "
-            "each request's (0 = exact; fitted from a measured run's client_overhead p99 / p50, "
+            "each request's (0 = exact; fitted from a measured run's client_overhead p90 / p50, "
             "the mean over its request classes)."
         ),
+    )
+    host_stall_rate_per_s: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Host-wide stalls per second: moments when every process of the deployment stops "
+            "at once (on a shared machine, other tenants and the OS taking the cores) and "
+            "all work in progress (engine steps, hops, KV transfers) resumes a stall later; "
+            "a Poisson process (0 = none; fitted with host_stall_median_s from a measured "
+            "run's ITL p90 and p99 and TPOT p50)."
+        ),
+    )
+    host_stall_median_s: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Median length of one host-wide stall; lengths are log-normal with host_stall_sigma."
+        ),
+    )
+    host_stall_sigma: float = Field(
+        default=1.0,
+        ge=0,
+        le=3,
+        description="Spread of the stall lengths (log-normal sigma; not fitted).",
     )
     source: str = Field(default="defaults", description="Where the numbers came from.")
 

@@ -7,12 +7,14 @@ asked for and (disaggregated) every local-prefill threshold. Ranking: highest go
 fraction of requests meeting both SLOs): candidates that reach `target_goodput` (and stay
 within the optional TTFT p99 / ITL p99 bounds) come first, fewest devices first, then lowest
 TTFT p99, where TTFT p99s within `P99_TIE` of the lowest among them count as equal and the
-lower TTFT p50 goes first (the simulator's p99s move by a few percent with its random draws,
-so smaller differences say nothing); the rest follow by goodput.
+lower typical TTFT goes first (`typical_ttft_s`: the TTFT p50, per request class when the
+workload has classes; the simulator's p99s move by a few percent with its random draws, so
+smaller differences say nothing); the rest follow by goodput.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +27,22 @@ from pdserve.sim.predict import Prediction, predict
 from pdserve.sim.profile import SimProfile
 
 P99_TIE = 0.05
-"""TTFT p99s within this fraction of each other rank as equal (then by TTFT p50)."""
+"""TTFT p99s within this fraction of each other rank as equal (then by `typical_ttft_s`)."""
+
+
+def typical_ttft_s(prediction: Prediction) -> float | None:
+    """The TTFT a tie is broken by: with two or more request classes, the geometric mean of
+    the classes' TTFT p50s (each class counts the same whatever its share, and a 2x faster
+    short request weighs as much as a 2x faster long one; the p50 of a half-short, half-long
+    workload falls in the gap between the two and moves with whichever class is nearer it);
+    otherwise all requests' TTFT p50. None when a needed p50 is missing or not above 0."""
+    classes = prediction.classes
+    if len(classes) < 2:
+        return prediction.metrics.ttft_p50_s
+    p50s = [m.ttft_p50_s for m in classes.values()]
+    if any(p is None or p <= 0 for p in p50s):
+        return None
+    return math.exp(sum(math.log(p) for p in p50s if p is not None) / len(p50s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +180,11 @@ def rank(
 def _p99_ties(keyed: list[tuple[tuple[bool, float, int, float], Ranked]]) -> list[list[Ranked]]:
     """Candidates in rank order, each with its (meets, goodput, devices, TTFT p99) key, cut
     into runs of the same first three whose TTFT p99 is within P99_TIE of the run's first
-    (lowest), each run sorted by TTFT p50 (stable)."""
+    (lowest), each run sorted by `typical_ttft_s` (stable)."""
     runs: list[tuple[tuple[bool, float, int, float], list[Ranked]]] = []
     for k, r in keyed:
         if runs and runs[-1][0][:3] == k[:3] and k[3] <= runs[-1][0][3] * (1 + P99_TIE):
             runs[-1][1].append(r)
         else:
             runs.append((k, [r]))
-    return [sorted(run, key=lambda r: r.prediction.metrics.ttft_p50_s or 1e9) for _, run in runs]
+    return [sorted(run, key=lambda r: typical_ttft_s(r.prediction) or 1e9) for _, run in runs]

@@ -28,6 +28,11 @@ token); all fitted from a measured run's timeline. Every engine step takes
 `engine_step_extra_s` on top of the cost model's time (the run's loaded step time).
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
+Host-wide stalls (`host_stall_rate_per_s`, a Poisson process of log-normal lengths) stop
+everything the deployment is doing at once: every pending event but the client's scheduled
+sends moves a stall later (engine steps, hops, KV transfers, a closed-loop client's next
+send). The chunk times of a stream are fixed when its last token is produced, so a stall after
+that does not move them.
 """
 
 from __future__ import annotations
@@ -113,8 +118,10 @@ class Simulation:
         seed: int = 0,
     ):
         """`concurrency`: the client's cap on requests in flight (None = no cap). `seed`: the
-        random draws of the serving-layer jitter (the only randomness; same seed, same run)."""
+        random draws of the serving-layer jitter and of the host's stalls (the only randomness;
+        same seed, same run)."""
         self._rng = random.Random(seed)
+        self._stall_rng = random.Random(f"host-stalls-{seed}")
         self._layout = layout
         self._profile = profile
         self._concurrency = concurrency
@@ -137,6 +144,10 @@ class Simulation:
                 spec.engine_id, spec.limits.kv_capacity_tokens // spec.limits.block_size_tokens
             )
         self._events: list[tuple[float, int, Callable[[], None]]] = []
+        """(time, tie-breaker, action) of the work in progress: it moves with a host stall."""
+        self._fixed: list[tuple[float, int, Callable[[], None]]] = []
+        """The events that do not move with a host stall: the client's scheduled sends and the
+        next stall (a heap of their own, so a stall moves only the work in flight)."""
         self._seq = itertools.count()
         self._now = 0.0
         self._in_flight = 0
@@ -150,8 +161,14 @@ class Simulation:
 
     # ---- event loop ----
 
-    def _at(self, t: float, action: Callable[[], None]) -> None:
-        heapq.heappush(self._events, (t, next(self._seq), action))
+    def _at(self, t: float, action: Callable[[], None], *, fixed: bool = False) -> None:
+        heapq.heappush(self._fixed if fixed else self._events, (t, next(self._seq), action))
+
+    def _pop(self) -> tuple[float, int, Callable[[], None]]:
+        """The next event of either heap (time, then the order they were scheduled in)."""
+        if self._fixed and (not self._events or self._fixed[0][:2] < self._events[0][:2]):
+            return heapq.heappop(self._fixed)
+        return heapq.heappop(self._events)
 
     def run(self, requests: Sequence[SimRequest]) -> SimOutcome:
         """Replay `requests` to the end; every request completes (no failures are modelled)."""
@@ -159,17 +176,39 @@ class Simulation:
         closed = [r for r in requests if r.arrival_s is None]
         for r in requests:
             if r.arrival_s is not None:
-                self._at(r.arrival_s, functools.partial(self._arrive, r))
+                self._at(r.arrival_s, functools.partial(self._arrive, r), fixed=True)
         self._backlog = closed
         self._fill()
-        while self._events:
-            t, _, action = heapq.heappop(self._events)
+        self._next_stall()
+        while self._events or self._fixed:
+            t, _, action = self._pop()
             self._now = t
             action()
         results = sorted(self._results.values(), key=lambda x: order[x.request.request_id])
         first = min((x.sent_s for x in results), default=0.0)
         last = max((x.sent_s + (x.e2e_s or 0.0) for x in results), default=0.0)
         return SimOutcome(results=results, wall_s=last - first)
+
+    def _next_stall(self) -> None:
+        """Schedule the next host-wide stall (none when the profile has no stalls)."""
+        rate = self._profile.host_stall_rate_per_s
+        if rate > 0 and self._profile.host_stall_median_s > 0:
+            gap_s = self._stall_rng.expovariate(rate)
+            self._at(self._now + gap_s, self._stall, fixed=True)
+
+    def _stall(self) -> None:
+        """A host-wide stall starts now: everything pending but the client's scheduled sends
+        (and the next stall) moves by its length. The next stall is drawn while anything is
+        left to do, so the run still ends."""
+        p = self._profile
+        length_s = p.host_stall_median_s * math.exp(self._stall_rng.gauss(0.0, p.host_stall_sigma))
+        # The same length added to every time keeps the heap a heap.
+        self._events = [(t + length_s, n, action) for t, n, action in self._events]
+        for engine_id, end_s in self._step_end.items():
+            if end_s >= self._now:
+                self._step_end[engine_id] = end_s + length_s
+        if self._events or self._fixed:
+            self._next_stall()
 
     def _arrive(self, request: SimRequest) -> None:
         self._backlog.append(request)

@@ -21,7 +21,7 @@ from pdserve.bench.cli import _opt
 from pdserve.bench.stats import sig3
 from pdserve.config import ConfigError, load_config
 from pdserve.sim.cli import RUNS_HELP, _bench_config, _load_profile, _load_report, _trace
-from pdserve.sim.search import P99_TIE, Ranked, candidates, meets_target, rank
+from pdserve.sim.search import P99_TIE, Ranked, candidates, meets_target, rank, typical_ttft_s
 
 _NOT_WORKLOAD = {
     "profile", "config", "devices", "chunk_tokens", "local_thresholds", "no_aggregated",
@@ -139,6 +139,8 @@ def tune(
             max_ttft_p99_s=max_ttft_p99_s, max_itl_p99_s=max_itl_p99_s, runs=runs,
         )  # fmt: skip
     console.print(_table(ranked[:top], cfg.slo_ttft_s, cfg.slo_tpot_s, target_goodput))
+    if len(ranked[0].prediction.classes) > 1:
+        console.print(_class_table(ranked[:top]))
     best = ranked[0]
     goodput = best.prediction.metrics.goodput_fraction or 0.0
     if not meets_target(best, target_goodput, max_ttft_p99_s, max_itl_p99_s):
@@ -165,7 +167,8 @@ def _table(ranked: list[Ranked], slo_ttft_s: float, slo_tpot_s: float, target: f
     table = Table(
         title="candidates, best first (predicted by the simulator)",
         caption=f"goodput: TTFT <= {slo_ttft_s} s and TPOT <= {slo_tpot_s} s; target {target:.0%}; "
-        f"TTFT p99s within {P99_TIE:.0%} of each other rank by TTFT p50",
+        f"TTFT p99s within {P99_TIE:.0%} of each other rank by TTFT p50 (with request classes: "
+        "the geometric mean of the classes' p50s, below)",
     )
     for col in ("#", "layout", "devices", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
                 "TPOT p50", "req/s", "goodput"):  # fmt: skip
@@ -177,6 +180,22 @@ def _table(ranked: list[Ranked], slo_ttft_s: float, slo_tpot_s: float, target: f
             sig3(m.ttft_p99_s), sig3(m.itl_p50_s), sig3(m.itl_p99_s), sig3(m.tpot_p50_s),
             sig3(m.requests_per_s), f"{(m.goodput_fraction or 0):.1%}",
         )  # fmt: skip
+    return table
+
+
+def _class_table(ranked: list[Ranked]) -> Table:
+    """The same candidates' TTFT per request class (p50 / p99, seconds) and the typical TTFT
+    that breaks their ties."""
+    names = sorted(ranked[0].prediction.classes)
+    table = Table(title="TTFT per request class, same order (p50 / p99, s)")
+    for col in ("#", "layout", *names, "typical (geo. mean of p50s)"):
+        table.add_column(col, justify="left" if col == "layout" else "right")
+    for i, r in enumerate(ranked, start=1):
+        cells = []
+        for name in names:
+            m = r.prediction.classes.get(name)
+            cells.append("-" if m is None else f"{sig3(m.ttft_p50_s)} / {sig3(m.ttft_p99_s)}")
+        table.add_row(str(i), r.candidate.label(), *cells, sig3(typical_ttft_s(r.prediction)))
     return table
 
 

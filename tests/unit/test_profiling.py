@@ -321,3 +321,29 @@ def test_profile_unreachable_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
 
     result = _invoke(monkeypatch, httpx.MockTransport(refuse), "--quick")
     assert result.exit_code == 1 and "cannot reach http://r.test" in result.output
+
+
+def test_each_run_sends_new_prompts_unless_seeded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second run on the same cluster must not resend the first run's prompts (they would
+    hit the prefix cache); --seed makes a run repeatable."""
+    sent: list[list[int]] = []
+    router = _router()
+
+    def record(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/completions":
+            sent.append(json.loads(request.content)["prompt"])
+        return router.handle_request(request)
+
+    real = profile_cli.Profiler
+    transport = httpx.MockTransport(record)
+    monkeypatch.setattr(profile_cli, "Profiler", lambda *a, **k: real(*a, **k, transport=transport))
+
+    def first_prompt(*args: str) -> list[int]:
+        sent.clear()
+        cmd = ["profile", "--url", "http://r.test", "--quick", "--repeats", "1", *args]
+        result = CliRunner().invoke(app, cmd)
+        assert result.exit_code == 0, result.output
+        return sent[0]
+
+    assert first_prompt() != first_prompt()
+    assert first_prompt("--seed", "7") == first_prompt("--seed", "7")

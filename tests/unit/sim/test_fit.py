@@ -5,6 +5,7 @@ apart."""
 
 from __future__ import annotations
 
+import functools
 import math
 import pathlib
 import random
@@ -14,19 +15,25 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, PolicyReport
 from pdserve.config import load_config
-from pdserve.sim.fit import HOPS_PER_STAGE, _lognormal_sigma, fit_host_contention
+from pdserve.sim.fit import (
+    HOPS_PER_STAGE,
+    STALL_FIT_RUNS,
+    _lognormal_sigma,
+    _stalls,
+    fit_host_contention,
+)
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import predict
 from pdserve.sim.profile import SimProfile
 
 
-@pytest.mark.parametrize("ratio", [1.5, 2.0, 4.0, 5.6, 9.0])
+@pytest.mark.parametrize("ratio", [1.3, 1.5, 2.0, 3.0])
 def test_two_hop_sum_reproduces_the_measured_spread(ratio: float) -> None:
     sigma = _lognormal_sigma(0.010, 0.010 * ratio, num_terms=2)
     rng = random.Random(7)
     n = 100_000
     sums = sorted(math.exp(rng.gauss(0, sigma)) + math.exp(rng.gauss(0, sigma)) for _ in range(n))
-    simulated = sums[int(0.99 * n)] / sums[n // 2]
+    simulated = sums[int(0.90 * n)] / sums[n // 2]
     assert simulated == pytest.approx(ratio, rel=0.08)
     # Fitting the sum's spread to one term would have narrowed the tail.
     one = _lognormal_sigma(0.010, 0.010 * ratio)
@@ -51,11 +58,15 @@ def _inputs() -> tuple[SimProfile, SimLayout, BenchConfig, PolicyReport]:
     return idle, layout, workload, report.policies["1p1d"]
 
 
+@functools.cache
 def _fit(drop_classes: bool) -> tuple[SimProfile, PolicyReport]:
+    """The serving layer fitted on run A's 1P1D (without the host's stalls, fitted and tested
+    on their own below)."""
     idle, layout, workload, measured = _inputs()
     if drop_classes:
         measured = measured.model_copy(update={"classes": None})
-    return fit_host_contention(idle, layout, workload, measured, host_cores=2), measured
+    fitted = fit_host_contention(idle, layout, workload, measured, host_cores=2, stalls=False)
+    return fitted, measured
 
 
 def test_the_decode_spread_is_fitted_per_path_when_the_classes_tell_them_apart() -> None:
@@ -66,12 +77,12 @@ def test_the_decode_spread_is_fitted_per_path_when_the_classes_tell_them_apart()
     short = (classes["short"].stages or {})["decode_hops"]
     long = (classes["long"].stages or {})["decode_hops"]
     assert fitted.local_jitter_sigma == pytest.approx(
-        _lognormal_sigma(short.p50_s or 0, short.p99_s, HOPS_PER_STAGE)
+        _lognormal_sigma(short.p50_s or 0, short.p90_s, HOPS_PER_STAGE)
     )
     assert fitted.decode_jitter_sigma == pytest.approx(
-        _lognormal_sigma(long.p50_s or 0, long.p99_s, HOPS_PER_STAGE)
+        _lognormal_sigma(long.p50_s or 0, long.p90_s, HOPS_PER_STAGE)
     )
-    assert fitted.local_jitter_sigma > 2 * fitted.decode_jitter_sigma  # 107/12 vs 57/29 ms
+    assert fitted.local_jitter_sigma > 1.5 * fitted.decode_jitter_sigma  # p90/p50: 24/12, 44/29 ms
 
 
 def test_without_classes_one_decode_spread_serves_both_paths() -> None:
@@ -79,7 +90,7 @@ def test_without_classes_one_decode_spread_serves_both_paths() -> None:
     hops = (measured.stages or {})["decode_hops"]
     assert fitted.local_jitter_sigma is None
     assert fitted.decode_jitter_sigma == pytest.approx(
-        _lognormal_sigma(hops.p50_s or 0, hops.p99_s, HOPS_PER_STAGE)
+        _lognormal_sigma(hops.p50_s or 0, hops.p90_s, HOPS_PER_STAGE)
     )
 
 
@@ -107,7 +118,7 @@ def test_engine_steps_take_the_run_s_extra_time_under_load() -> None:
     about 5.2: the fit adds the gap to every step, and the fitted profile's simulation then
     has the run's TPOT p50."""
     idle, layout, workload, measured = _inputs()
-    fitted = fit_host_contention(idle, layout, workload, measured, host_cores=2)
+    fitted = fit_host_contention(idle, layout, workload, measured, host_cores=2, stalls=False)
     assert measured.tpot_p50_s is not None and idle.engine_step_extra_s == 0
     assert 0.001 < fitted.engine_step_extra_s < measured.tpot_p50_s
     simulated = predict("1p1d", layout, fitted, workload, runs=1).metrics.tpot_p50_s
@@ -123,15 +134,16 @@ def test_no_step_extra_when_the_run_decoded_as_fast_as_the_idle_profile() -> Non
     fast = measured.model_copy(update={"tpot_p50_s": 0.001})  # faster than any modelled step
     unmeasured = measured.model_copy(update={"tpot_p50_s": None})
     for m in (fast, unmeasured):
-        assert fit_host_contention(idle, layout, workload, m, host_cores=2).engine_step_extra_s == 0
+        fitted = fit_host_contention(idle, layout, workload, m, host_cores=2, stalls=False)
+        assert fitted.engine_step_extra_s == 0
 
 
 def test_the_client_s_spread_is_the_classes_mean() -> None:
-    """client_overhead p50 / p99 was 7 / 20 ms for short and 24 / 109 ms for long prompts in
+    """client_overhead p50 / p90 was 7 / 13 ms for short and 24 / 49 ms for long prompts in
     the recorded 1P1D run: one log-normal sigma, the mean of the two classes'."""
     fitted, measured = _fit(drop_classes=False)
     sigmas = [
-        _lognormal_sigma(s.p50_s or 0.0, s.p99_s)
+        _lognormal_sigma(s.p50_s or 0.0, s.p90_s)
         for m in (measured.classes or {}).values()
         if (s := (m.stages or {})[CLIENT_OVERHEAD]) is not None
     ]
@@ -139,4 +151,37 @@ def test_the_client_s_spread_is_the_classes_mean() -> None:
     assert 0.2 < fitted.client_jitter_sigma < 1.0
     flat, measured = _fit(drop_classes=True)
     hops = (measured.stages or {})[CLIENT_OVERHEAD]
-    assert flat.client_jitter_sigma == pytest.approx(_lognormal_sigma(hops.p50_s or 0, hops.p99_s))
+    assert flat.client_jitter_sigma == pytest.approx(_lognormal_sigma(hops.p50_s or 0, hops.p90_s))
+
+
+def test_the_host_s_stalls_are_recovered_from_the_streams_they_shaped() -> None:
+    """Streams simulated with known stalls (2 per second, 10 ms median) stand in for the
+    measurement: the fit finds those stalls again from ITL p90/p99 and TPOT p50, and finds
+    none in streams simulated without any."""
+    fitted, measured = _fit(drop_classes=False)
+    _, layout, workload, _ = _inputs()
+    for rate_per_s, median_s in ((2.0, 0.01), (0.0, 0.0)):
+        truth = fitted.model_copy(
+            update={"host_stall_rate_per_s": rate_per_s, "host_stall_median_s": median_s}
+        )
+        m = predict("1p1d", layout, truth, workload, runs=STALL_FIT_RUNS).metrics
+        streams = {f: getattr(m, f) for f in ("itl_p90_s", "itl_p99_s", "tpot_p50_s")}
+        found = _stalls(fitted, layout, workload, measured.model_copy(update=streams))
+        assert found == (rate_per_s, median_s)
+
+
+def test_stalls_lengthen_the_stream_tail_the_fit_matches() -> None:
+    """Fitted on run A's 1P1D with its stalls, the simulated ITL p99 is closer to the
+    measured one than without them (0.075 s measured)."""
+    idle, layout, workload, measured = _inputs()
+    fitted = fit_host_contention(idle, layout, workload, measured, host_cores=2)
+    assert fitted.host_stall_rate_per_s > 0 and fitted.host_stall_median_s > 0
+    without = fitted.model_copy(update={"host_stall_rate_per_s": 0.0})
+    assert measured.itl_p99_s is not None
+
+    def error(p: SimProfile) -> float:
+        itl = predict("1p1d", layout, p, workload, runs=STALL_FIT_RUNS).metrics.itl_p99_s
+        assert itl is not None and measured.itl_p99_s is not None
+        return abs(math.log(itl / measured.itl_p99_s))
+
+    assert error(fitted) < error(without)

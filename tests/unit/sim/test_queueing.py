@@ -202,10 +202,65 @@ def test_ten_thousand_requests_take_seconds() -> None:
 
     rng = random.Random(1)
     requests = [request(i, rng.choice([50, 1500]), out=32, at=i * 0.25) for i in range(10_000)]
+    # With the host's stalls too (3 per second: about 7,500 over the run).
+    stalled = PROFILE.model_copy(update={"host_stall_rate_per_s": 3.0, "host_stall_median_s": 0.01})
     t0 = time.perf_counter()
-    out = Simulation(layout(num_prefill=1), PROFILE, concurrency=32).run(requests)
+    out = Simulation(layout(num_prefill=1), stalled, concurrency=32).run(requests)
     assert len(out.results) == 10_000 and all(r.e2e_s for r in out.results)
     assert time.perf_counter() - t0 < 30
+
+
+def _stalled(rate_per_s: float, length_s: float) -> SimProfile:
+    """PROFILE with host stalls of one fixed length."""
+    update = {
+        "host_stall_rate_per_s": rate_per_s,
+        "host_stall_median_s": length_s,
+        "host_stall_sigma": 0.0,
+    }
+    return PROFILE.model_copy(update=update)
+
+
+def test_a_host_stall_delays_the_work_in_flight_by_its_length() -> None:
+    """Lone requests (one every 10 s) and stalls of 50 ms at 2 per second: a request is
+    delayed by a whole number of stalls, and by none with probability exp(-rate x the time
+    its work is in flight), the Poisson process's closed form; sends keep their schedule."""
+    rate_per_s, length_s, n = 2.0, 0.05, 2000
+    requests = [request(i, 1000, at=10.0 * i) for i in range(n)]
+    alone = PROFILE.router_s + 2 * PROFILE.hop_s + prefill_s(1000)
+    in_flight_s = alone - PROFILE.hop_s  # the chunk's hop back is fixed when it is produced
+    results = Simulation(layout(), _stalled(rate_per_s, length_s), seed=3).run(requests).results
+    delays = [(r.ttft_s or 0.0) - alone for r in results]
+    assert all(r.sent_s == 10.0 * i for i, r in enumerate(results))
+    stalls = [d / length_s for d in delays]
+    assert all(k == pytest.approx(round(k), abs=1e-6) and round(k) >= 0 for k in stalls)
+    undelayed = sum(1 for k in stalls if round(k) == 0) / n
+    assert undelayed == pytest.approx(math.exp(-rate_per_s * in_flight_s), abs=0.03)
+    assert max(stalls) >= 2  # a stall can land in a window another one stretched
+
+
+def test_without_stalls_the_draws_are_unchanged() -> None:
+    """A rate of 0 draws nothing: every other random draw, and so every result, is the same
+    as a profile that never heard of stalls."""
+    prof = PROFILE.model_copy(update={"decode_jitter_sigma": 0.5, "client_jitter_sigma": 0.3})
+    requests = [request(i, 200 + 10 * i, out=8, at=0.05 * i) for i in range(50)]
+    zero = prof.model_copy(update={"host_stall_rate_per_s": 0.0, "host_stall_median_s": 0.02})
+    a = Simulation(layout(num_prefill=1), prof, seed=5).run(requests).results
+    b = Simulation(layout(num_prefill=1), zero, seed=5).run(requests).results
+    assert [(r.ttft_s, r.chunk_gaps_s) for r in a] == [(r.ttft_s, r.chunk_gaps_s) for r in b]
+    stalled = prof.model_copy(update={"host_stall_rate_per_s": 5.0, "host_stall_median_s": 0.02})
+    c = Simulation(layout(num_prefill=1), stalled, seed=5).run(requests).results
+    assert sum(r.e2e_s or 0 for r in c) > sum(r.e2e_s or 0 for r in a)
+
+
+def test_a_stall_stretches_a_stream_s_gap_and_a_kv_pull_waits_it_out() -> None:
+    """A closed loop of remote prefills under frequent stalls: every request completes, and
+    the largest stream gap is at least one stall longer than a decode step."""
+    lay = layout(num_prefill=1, policy=PolicyConfig(block_size_tokens=BLOCK))
+    requests = [request(i, 2000, out=16, at=None) for i in range(40)]
+    out = Simulation(lay, _stalled(20.0, 0.03), concurrency=2, seed=1).run(requests)
+    assert all(r.e2e_s is not None for r in out.results)
+    step = COST.est_decode_step_s(1, 2000)
+    assert max(g for r in out.results for g in r.chunk_gaps_s) >= step + 0.03 - 1e-9
 
 
 def _pd_layout(*, pull_between_steps: bool) -> SimLayout:

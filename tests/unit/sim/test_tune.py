@@ -17,7 +17,16 @@ from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.fit import fit_sim_profile
 from pdserve.sim.predict import Prediction
 from pdserve.sim.profile import SimProfile
-from pdserve.sim.search import P99_TIE, Candidate, Ranked, _p99_ties, apply, candidates, rank
+from pdserve.sim.search import (
+    P99_TIE,
+    Candidate,
+    Ranked,
+    _p99_ties,
+    apply,
+    candidates,
+    rank,
+    typical_ttft_s,
+)
 from pdserve.sim.tune_cli import helm_values
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -105,6 +114,9 @@ def test_tune_writes_a_config_that_deploys(tmp_path: pathlib.Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "recommended:" in result.output
+    # The mixed workload's two classes get a table of their own (p50 / p99 each).
+    assert "TTFT per request class" in result.output
+    assert "short" in result.output and "long" in result.output
     cfg = load_config(out)
     assert cfg.model == LOCAL.model
     assert yaml.safe_load(out.read_text()) is not None
@@ -149,13 +161,50 @@ def test_p99_bounds_turn_a_layout_down_whatever_its_goodput() -> None:
     assert not meets_target(r, 0.9, max_ttft_p99_s=0.0)
 
 
-def _ranked(label: int, p99_s: float, p50_s: float, devices: int = 2) -> Ranked:
+def _metrics(p99_s: float | None, p50_s: float | None) -> Metrics:
     fields = {f: None for f in Metrics.model_fields if f not in ("num_requests", "num_errors")}
-    metrics = Metrics.model_validate(
+    return Metrics.model_validate(
         {**fields, "num_requests": 1, "num_errors": 0, "ttft_p99_s": p99_s, "ttft_p50_s": p50_s}
     )
+
+
+def _ranked(
+    label: int,
+    p99_s: float,
+    p50_s: float,
+    devices: int = 2,
+    classes: dict[str, float] | None = None,
+) -> Ranked:
+    """A ranked candidate with the given TTFT p99 / p50 (and per-class TTFT p50s)."""
+    per_class = {name: _metrics(None, p50) for name, p50 in (classes or {}).items()}
     candidate = Candidate("disaggregated", 1, devices - 1, label, 0)
-    return Ranked(candidate, LOCAL, Prediction(str(label), None, metrics, {}))  # type: ignore[arg-type]
+    prediction = Prediction(str(label), None, _metrics(p99_s, p50_s), per_class)  # type: ignore[arg-type]
+    return Ranked(candidate, LOCAL, prediction)
+
+
+def test_the_typical_ttft_is_the_geometric_mean_of_the_classes_p50s() -> None:
+    """Short 0.02 s and long 0.5 s: 0.1 s, whatever the all-request p50 (which falls between
+    the two); one class or none: the all-request p50; a class without a p50: None."""
+    both = _ranked(1, 0.4, 0.3, classes={"short": 0.02, "long": 0.5}).prediction
+    assert typical_ttft_s(both) == pytest.approx(0.1)
+    assert typical_ttft_s(_ranked(1, 0.4, 0.3).prediction) == 0.3
+    assert typical_ttft_s(_ranked(1, 0.4, 0.3, classes={"all": 0.2}).prediction) == 0.3
+    missing = _ranked(1, 0.4, 0.3, classes={"short": 0.0, "long": 0.5}).prediction
+    assert typical_ttft_s(missing) is None
+
+
+def test_with_request_classes_a_tie_goes_to_the_lower_typical_ttft() -> None:
+    """Two candidates tied on TTFT p99: the all-request p50 would put the first ahead (0.18
+    against 0.25 s), but its short requests are 4x slower for 10 % faster long ones, so the
+    second goes first."""
+    first = _ranked(1, 0.431, 0.18, classes={"short": 0.12, "long": 0.27})
+    second = _ranked(2, 0.438, 0.25, classes={"short": 0.03, "long": 0.30})
+
+    def key(r: Ranked) -> tuple[bool, float, int, float]:
+        return (False, 0.0, r.candidate.num_devices, r.prediction.metrics.ttft_p99_s or 0.0)
+
+    [tie] = _p99_ties([(key(r), r) for r in (first, second)])
+    assert [r.candidate.chunk_tokens for r in tie] == [2, 1]
 
 
 def test_ttft_p99s_within_five_percent_rank_by_their_p50() -> None:

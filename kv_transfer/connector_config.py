@@ -47,7 +47,6 @@ def engine_environment(
     advertised_address), used when side_channel_host is 'auto'.
     """
     kv = config.kv_transfer
-    pool = config.pool(role)
     env = {
         # Marks the engine's processes so `pdserve down` can find any that outlive their actor.
         "PDSERVE_ENGINE_ROLE": role,
@@ -62,14 +61,23 @@ def engine_environment(
     if config.platform == "cpu":
         # See pdserve.kv_transfer.vllm_plugin for why these two exist.
         env["PDSERVE_NIXL_PROGRESS_THREAD"] = "1" if kv.progress_thread else "0"
-        core_list = pool.cpu_cores
-        if pool.cpu_cores_per_replica is not None:
-            core_list = pool.cpu_cores_per_replica[local_rank % len(pool.cpu_cores_per_replica)]
+        core_list = replica_cores(config, role, local_rank)
         if core_list is not None:
             cores = ",".join(str(c) for c in core_list)
             env["VLLM_CPU_OMP_THREADS_BIND"] = cores
             env["PDSERVE_NIXL_KV_CORES"] = cores
     return env
+
+
+def replica_cores(config: PdserveConfig, role: PoolName, local_rank: int = 0) -> list[int] | None:
+    """The CPU cores one replica's engine runs on (CPU platform): the pool's `cpu_cores`, or
+    the `cpu_cores_per_replica` entry of the replica's node-local rank; None = not pinned."""
+    if config.platform != "cpu":
+        return None
+    pool = config.pool(role)
+    if pool.cpu_cores_per_replica is not None:
+        return pool.cpu_cores_per_replica[local_rank % len(pool.cpu_cores_per_replica)]
+    return pool.cpu_cores
 
 
 def side_channel_host(config: PdserveConfig, node_address: str) -> str:

@@ -151,6 +151,17 @@ class PoolConfig(StrictModel):
             "length. E.g. [[0], [1]] gives two replicas a core each."
         ),
     )
+    pin_engine_core: bool = Field(
+        default=True,
+        description=(
+            "CPU only, with cpu_cores or cpu_cores_per_replica: also keep the engine's "
+            "scheduler process (vLLM's EngineCore, which busy-waits on its worker while the "
+            "engine steps) on the replica's cores. vLLM binds only the worker's OpenMP threads; "
+            "left free, the scheduler spins on another pool's core and starves the router and "
+            "replicas there. False leaves it to the OS: for comparison, and where several "
+            "engines share a core (their schedulers would spin against each other's workers)."
+        ),
+    )
     max_ongoing_requests: int = Field(
         default=256, gt=0, description="Ray Serve cap on in-flight requests per replica."
     )

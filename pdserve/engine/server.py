@@ -23,8 +23,13 @@ from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
 from pdserve.engine.liveness import EngineLiveness
 from pdserve.engine.pending import PendingPrefills
+from pdserve.engine.pinning import pin_engine_threads
 from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
-from pdserve.kv_transfer.connector_config import engine_environment, side_channel_host
+from pdserve.kv_transfer.connector_config import (
+    engine_environment,
+    replica_cores,
+    side_channel_host,
+)
 from pdserve.kv_transfer.ports import pick_free_port
 from pdserve.messages import EngineTimes
 from pdserve.node import advertised_address
@@ -77,6 +82,15 @@ def _prepare_process(
     # The vLLM plugin (pdserve.kv_transfer.vllm_plugin) makes the publisher bind this address.
     os.environ["PDSERVE_KV_EVENTS_BIND"] = "1"
     return port, f"tcp://{address}:{events_port}"
+
+
+def _thread_ids(procs: list[psutil.Process]) -> list[int]:
+    """Every thread of `procs` (processes that have exited are skipped)."""
+    tids: list[int] = []
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            tids.extend(t.id for t in proc.threads())
+    return tids
 
 
 def _gcs_address() -> str:
@@ -139,6 +153,7 @@ class EngineServer:
         self._liveness = EngineLiveness(pool.unresponsive_after_seconds, time.monotonic)
         self._watchdog: asyncio.Task[None] | None = None
         self._engine_procs: list[psutil.Process] = []
+        self._cores = replica_cores(config, role, local_rank) if pool.pin_engine_core else None
         self.side_channel_port, self.kv_events_endpoint = _prepare_process(
             config, role, replica_id, local_rank
         )
@@ -163,6 +178,9 @@ class EngineServer:
         self._engine_procs = [
             p for p in psutil.Process().children(recursive=True) if p.pid not in before
         ]
+        if self._cores:  # None or empty: the OS places the engine
+            moved = pin_engine_threads(_thread_ids(self._engine_procs), set(self._cores))
+            log.info("%s engine: %d threads pinned to cores %s", self.role, moved, self._cores)
         self._liveness.answered()
         self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 

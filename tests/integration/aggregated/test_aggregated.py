@@ -98,30 +98,41 @@ def test_a_conversation_step_goes_to_the_engine_that_caches_its_prefix(
     assert second["cached_tokens"] >= 640  # the router knew it before sending
 
 
-def _engine_cores() -> list[set[int]]:
-    """For each engine-core process of this package's cluster: the cores of its threads that
-    are pinned to one core (OpenMP binds each compute thread to one core of its list)."""
-    found = []
-    for proc in psutil.process_iter(["name", "environ"]):
+def _engine_cores() -> dict[int, tuple[str, int, set[int]]]:
+    """Each vLLM process of this package's cluster: pid -> (name, parent pid, the cores of its
+    threads that are pinned to one core: OpenMP binds each of the worker's compute threads to
+    one core of its list, and pdserve pins the EngineCore's threads to the replica's cores)."""
+    found = {}
+    for proc in psutil.process_iter(["name", "environ", "ppid"]):
         try:
             env = proc.info["environ"] or {}
             ours = env.get("PDSERVE_GCS_ADDRESS", "").endswith(f":{RAY_PORT_AGG}")
-            if not ours or not (proc.info["name"] or "").startswith("VLLM::"):
+            name = proc.info["name"] or ""
+            if not ours or not name.startswith("VLLM::"):
                 continue
             cores: set[int] = set()
             for task in pathlib.Path(f"/proc/{proc.pid}/task").iterdir():
                 allowed = (task / "status").read_text().split("Cpus_allowed_list:")[1].split()[0]
                 if "-" not in allowed and "," not in allowed:
                     cores.add(int(allowed))
-            found.append(cores)
+            found[proc.pid] = (name, proc.info["ppid"], cores)
         except (psutil.Error, OSError, IndexError):
             continue
     return found
 
 
 def test_each_engine_computes_on_its_own_core(aggregated: Cluster) -> None:
-    """cpu_cores_per_replica [[0], [1]]: the two engines' pinned threads are on different
-    cores, like deploy/local.yaml's prefill and decode engines."""
+    """cpu_cores_per_replica [[0], [1]]: each engine's worker and its EngineCore are on the
+    replica's one core, and the two engines are on different cores, like deploy/local.yaml's
+    prefill and decode engines."""
     del aggregated
-    pinned = [c for c in _engine_cores() if c]
-    assert sorted(map(sorted, pinned)) == [[0], [1]], f"pinned cores per engine: {pinned}"
+    procs = _engine_cores()
+    engines = [
+        (cores, procs[ppid][2])
+        for name, ppid, cores in procs.values()
+        if name == "VLLM::Worker" and ppid in procs
+    ]
+    assert len(engines) == 2, f"engine processes: {procs}"
+    for worker, engine_core in engines:
+        assert len(worker) == 1 and engine_core == worker, f"engine processes: {procs}"
+    assert sorted(sorted(w) for w, _ in engines) == [[0], [1]], f"engine processes: {procs}"

@@ -27,6 +27,9 @@ def gpu_example_on_cpu(router_port: int, cores: dict[str, list[int]]) -> dict[st
         raw[pool]["autoscaling"] = None  # the example's replica counts, fixed for the test
         raw[pool]["engine"] = local[pool]["engine"]
         raw[pool]["cpu_cores"] = cores[pool]
+    # The two prefill engines share one core: as in deploy/local-2p1d.yaml, their schedulers
+    # are left to the OS.
+    raw["prefill"]["pin_engine_core"] = False
     raw["kv_transfer"].update(
         buffer_device="cpu",
         num_threads=1,

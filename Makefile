@@ -42,7 +42,7 @@ integration: install-dev
 
 ## The whole suite: lint, types, unit + chart tests, then the real cluster tests.
 test: lint typecheck
-	$(PY) -m pytest tests -q -ra -p no:cacheprovider
+	$(PY) -m pytest tests -q -ra -p no:cacheprovider --durations=15
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mypy_tree

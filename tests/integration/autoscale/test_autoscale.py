@@ -144,6 +144,7 @@ class _Stream:
     tokens: int = 0
     finish_reason: str | None = None
     error: str | None = None
+    started_s: float = 0.0
     ended_s: float = 0.0
 
 
@@ -151,12 +152,13 @@ def _stream(cluster: Cluster, salt: int, out: _Stream) -> None:
     body = {"model": "pdserve-demo", "prompt": text_of_words(40, salt=salt), "stream": True,
             "max_tokens": DRAIN_STREAM_TOKENS, "ignore_eos": True, "temperature": 0,
             "stream_options": {"include_usage": True}}  # fmt: skip
+    out.started_s = time.monotonic()
     with (
         cluster.http(timeout_s=300) as http,
         http.stream("POST", "/v1/completions", json=body) as resp,
     ):
-        out.status = resp.status_code
         out.decode_replica = json.loads(resp.headers.get("x-pdserve-served-by", "{}")).get("decode")
+        out.status = resp.status_code  # after decode_replica: `_spread_streams` waits on it
         for line in resp.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -168,6 +170,26 @@ def _stream(cluster: Cluster, salt: int, out: _Stream) -> None:
             if event.get("usage"):
                 out.tokens = event["usage"]["completion_tokens"]
     out.ended_s = time.monotonic()
+
+
+def _spread_streams(
+    cluster: Cluster, replicas: set[str], most: int
+) -> tuple[list[_Stream], list[threading.Thread]]:
+    """Start long streams one at a time, each once the previous one knows its decode replica,
+    until every replica in `replicas` holds one or `most` have started."""
+    streams: list[_Stream] = []
+    threads: list[threading.Thread] = []
+    while len(streams) < most and not replicas <= {s.decode_replica for s in streams}:
+        stream = _Stream()
+        thread = threading.Thread(target=_stream, args=(cluster, 90_000 + len(streams), stream))
+        thread.start()
+        streams.append(stream)
+        threads.append(thread)
+        placed_by = time.monotonic() + 60
+        while stream.decode_replica is None and stream.status == 0:
+            assert time.monotonic() < placed_by, "a stream got no answer within 60 s"
+            time.sleep(0.2)
+    return streams, threads
 
 
 def test_the_decode_pool_scales_on_kv_usage_and_drains_its_streams_on_the_way_down(
@@ -185,25 +207,20 @@ def test_the_decode_pool_scales_on_kv_usage_and_drains_its_streams_on_the_way_do
                 assert _scaling(http, "prefill")["target_replicas"] == 1, "prefill moved"
                 time.sleep(2)
             time.sleep(10)  # both decode replicas take streams
-            load.stop_sending()
+            # Let the requests in flight finish, so both replicas are idle when the long
+            # streams start (a CI run placed all four on the replica the load had left first).
+            load.stop()
 
-            # Once the policy wants one decode replica fewer, start long streams (staggered so
-            # placement spreads them): Serve removes a replica only after its downscale delay,
-            # so the one it removes holds streams and must finish them while new work goes
-            # elsewhere.
+            # Once the policy wants one decode replica fewer, start long streams, one at a time
+            # until each replica holds one: Serve removes a replica only after its downscale
+            # delay, so the one it removes holds a stream and must finish it while new work
+            # goes elsewhere.
             deadline = time.monotonic() + SCALE_DOWN_WITHIN_S
             while _scaling(http, "decode")["wanted_replicas"] > 1:
                 assert time.monotonic() < deadline, "the decode policy never wanted fewer"
                 time.sleep(0.5)
             before = {r["replica_id"] for r in _replicas(http, "decode")}
-            streams = [_Stream() for _ in range(4)]
-            threads = [
-                threading.Thread(target=_stream, args=(elastic, 90_000 + i, s))
-                for i, s in enumerate(streams)
-            ]
-            for t in threads:
-                t.start()
-                time.sleep(1)
+            streams, threads = _spread_streams(elastic, before, most=6)
             while len(_replicas(http, "decode")) > 1:
                 assert time.monotonic() < deadline, "the decode pool never scaled down"
                 time.sleep(0.5)

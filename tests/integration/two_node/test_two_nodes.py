@@ -14,6 +14,7 @@ import sys
 import time
 
 import openai
+import psutil
 
 from pdserve.bench.fault_inject import FaultError, engine_cores
 from pdserve.router.policy.types import PoolName
@@ -54,13 +55,44 @@ def _engine_namespaces(
         time.sleep(1)
 
 
+def _vllm_processes() -> list[str]:
+    """Every vLLM process on this machine with its pdserve markers and network namespace (what
+    a failure shows: a CI run once listed no prefill engine for 240 s)."""
+    seen = []
+    for proc in psutil.process_iter(["name", "environ"], ad_value=None):
+        if not (proc.info["name"] or "").startswith("VLLM::"):
+            continue
+        env = proc.info["environ"] or {}
+        try:
+            netns: int | str = _process_netns_inode(proc.pid)
+        except OSError as exc:
+            netns = str(exc)
+        seen.append(f"{proc.pid} {proc.info['name']} role={env.get('PDSERVE_ENGINE_ROLE')} "
+                    f"gcs={env.get('PDSERVE_GCS_ADDRESS')} netns={netns}")  # fmt: skip
+    return seen
+
+
 def test_each_pool_runs_on_the_node_that_carries_it(two_nodes: TwoNodes) -> None:
     # The GPU example's layout: 2 prefill replicas on the head (the only node advertising
     # pdserve_prefill), 1 decode replica on the joined node (pdserve_decode).
     where = _engine_namespaces({"prefill": 2, "decode": 1})
     head, worker = _netns_inode(two_nodes.head.netns), _netns_inode(two_nodes.worker.netns)
-    assert where["prefill"] == [head, head], where
-    assert where["decode"] == [worker], where
+    if where != {"prefill": [head, head], "decode": [worker]}:
+        raise AssertionError(
+            f"engines by namespace {where}, expected prefill {[head, head]} and decode "
+            f"{[worker]}; vLLM processes: {_vllm_processes()}\nthe router's replicas: "
+            f"{_router_replicas(two_nodes)}"
+        )
+
+
+def _router_replicas(two_nodes: TwoNodes) -> str:
+    """GET /v1/pdserve/replicas from inside the head's namespace (or why it failed)."""
+    get = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())"
+    argv = [sys.executable, "-c", get, f"{two_nodes.url}/v1/pdserve/replicas"]
+    try:
+        return two_nodes.run(two_nodes.head, argv, timeout_s=30)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable: {exc}"
 
 
 def _reference_texts(reference: openai.OpenAI, prompts: list[str]) -> list[str]:

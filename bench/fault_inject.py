@@ -1,8 +1,9 @@
 """Faults in real engine processes of a local cluster, and watching the router recover.
 
 Engine processes are found the way `pdserve down` finds them: pdserve marks each with
-PDSERVE_ENGINE_ROLE and the cluster's GCS address (`cluster_procs.is_own_engine`); vLLM names
-the engine-core process `VLLM::EngineCore`. Only a cluster on this machine can be faulted.
+PDSERVE_ENGINE_ROLE and the cluster's GCS address (`cluster_procs.is_own_engine`); the
+engine-core process (vLLM's EngineCore) is the marked one whose parent, the replica, is not
+(`cluster_procs.engine_trees`). Only a cluster on this machine can be faulted.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from typing import Any
 import httpx
 import psutil
 
-from pdserve.cluster_procs import Scope, is_own_engine
+from pdserve.cluster_procs import Scope, pool_engines
 from pdserve.router.policy.types import PoolName
-
-ENGINE_CORE_NAME = "VLLM::EngineCor"  # the kernel truncates process names to 15 characters
 
 
 class FaultError(RuntimeError):
@@ -29,15 +28,7 @@ class FaultError(RuntimeError):
 
 def engine_cores(ray_port: int, role: PoolName) -> list[psutil.Process]:
     """The running engine-core processes of one pool of the cluster on `ray_port`."""
-    found = []
-    for proc in psutil.process_iter(["name", "environ"], ad_value=None):
-        env = proc.info["environ"] or {}
-        if (
-            (proc.info["name"] or "").startswith(ENGINE_CORE_NAME)
-            and env.get("PDSERVE_ENGINE_ROLE") == role
-            and is_own_engine(env, Scope(ray_port))
-        ):
-            found.append(proc)
+    found = [core for core, _ in pool_engines(Scope(ray_port), role)]
     if not found:
         raise FaultError(f"no {role} engine process of the cluster on Ray port {ray_port} here")
     return found

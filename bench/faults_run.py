@@ -118,6 +118,20 @@ class FaultRunner:
                 raise FaultError(f"no stream was decoding after {timeout_s:g} s of load")
             await asyncio.sleep(0.1)
 
+    async def _settled_kv_usage(self, pool: PoolName, timeout_s: float = 15.0) -> float:
+        """The pool's KV usage once two readings a second apart agree (the last requests' KV
+        is released after their decode pulled it, and the router rereads the engines' stats
+        every second): an idle level taken before that would hide the next prompts' KV."""
+        last = await kv_usage(self._http, pool)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
+            now = await kv_usage(self._http, pool)
+            if abs(now - last) <= KV_IDLE_SLACK:
+                return now
+            last = now
+        return last
+
     async def _client_gone(self) -> FaultRun:
         cfg = self._cfg
         # A serving cluster's decode engines have pulled from every prefill engine (NIXL
@@ -125,7 +139,7 @@ class FaultRunner:
         for n in range(2 * len(await replicas(self._http, "prefill"))):
             await send_one(self._http, self._body(n, cfg.gone_prompt_words), self._headers,
                            cfg.request_timeout_s)  # fmt: skip
-        idle = await kv_usage(self._http, "prefill")
+        idle = await self._settled_kv_usage("prefill")
         decode = engine_cores(self._ray_port, "decode")[0]
         signal_engine(decode, signal.SIGSTOP)
         stopped_s = time.monotonic()

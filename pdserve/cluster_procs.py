@@ -122,6 +122,57 @@ def own_engines(scope: Scope) -> list[psutil.Process]:
     return [p for p in _others(["environ"]) if is_own_engine(p.info["environ"] or {}, scope)]
 
 
+@dataclass(frozen=True)
+class MarkedProcess:
+    """A process carrying pdserve's engine markers (see `is_own_engine`)."""
+
+    pid: int
+    ppid: int
+    cmdline: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EngineTree:
+    """One vLLM engine's processes: its EngineCore (the scheduler) and its workers."""
+
+    core: int
+    workers: tuple[int, ...]
+
+
+def engine_trees(marked: Iterable[MarkedProcess]) -> list[EngineTree]:
+    """Group one pool's marked processes into engines by the process tree: an EngineCore is a
+    marked process whose parent is not marked (the replica, which set the markers after it
+    started), its workers are its marked children; multiprocessing's resource tracker, the
+    replica's other child, is no engine. Not by vLLM's process titles (`VLLM::EngineCore`):
+    vLLM sets them with setproctitle, and under Ray's replicas they do not always take (seen:
+    every engine of a CI cluster named `python`)."""
+    procs = {
+        m.pid: m
+        for m in marked
+        if not any("multiprocessing.resource_tracker" in a for a in m.cmdline)
+    }
+    return [
+        EngineTree(pid, tuple(sorted(c.pid for c in procs.values() if c.ppid == pid)))
+        for pid, m in sorted(procs.items())
+        if m.ppid not in procs
+    ]
+
+
+def pool_engines(scope: Scope, role: str) -> list[tuple[psutil.Process, list[psutil.Process]]]:
+    """The scope's `role` engines on this machine: (EngineCore, its workers) each."""
+    found = {
+        p.pid: p
+        for p in _others(["environ", "ppid", "cmdline"])
+        if (env := p.info["environ"] or {}).get("PDSERVE_ENGINE_ROLE") == role
+        and is_own_engine(env, scope)
+    }
+    marked = [
+        MarkedProcess(p.pid, p.info["ppid"] or 0, tuple(p.info["cmdline"] or ()))
+        for p in found.values()
+    ]
+    return [(found[t.core], [found[w] for w in t.workers]) for t in engine_trees(marked)]
+
+
 def stop_ray(scope: Scope, log: Callable[[str], None], grace_s: float = 10.0) -> None:
     """SIGTERM the scope's Ray processes, SIGKILL what is left after `grace_s`; Ray's worker
     processes exit with their raylet."""

@@ -6,33 +6,24 @@ import time
 
 import psutil
 
+from pdserve.cluster_procs import Scope, pool_engines
 from tests.integration.conftest import RAY_PORT
 
 
 def engine_processes(role: str, timeout_s: float = 60.0) -> list[psutil.Process]:
-    """The vLLM engine processes (EngineCore and workers) of this cluster's `role` engine.
-    Fails naming every vLLM process it saw, with its markers, when there is none after
-    `timeout_s` (a replica that is being replaced has none for a while)."""
+    """The vLLM engine processes (EngineCore and workers) of this cluster's `role` engine, once
+    its EngineCore has a worker. Fails naming every marked process it saw when there is none
+    after `timeout_s` (a replica that is being replaced has none for a while)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        found, seen = [], []
-        for proc in psutil.process_iter(["name", "environ"], ad_value=None):
-            name = proc.info["name"] or ""
-            if not name.startswith("VLLM::"):
-                continue
-            env = proc.info["environ"]
-            if env is None:
-                seen.append(f"{proc.pid} {name}: environ unreadable")
-                continue
-            role_env, gcs = env.get("PDSERVE_ENGINE_ROLE"), env.get("PDSERVE_GCS_ADDRESS", "")
-            seen.append(f"{proc.pid} {name}: role={role_env} gcs={gcs}")
-            if role_env == role and gcs.endswith(f":{RAY_PORT}"):
-                found.append(proc)
+        engines = pool_engines(Scope(RAY_PORT), role)
+        found = [p for core, workers in engines if workers for p in (core, *workers)]
         if found:
             return found
         if time.monotonic() > deadline:
+            seen = [(core.pid, [w.pid for w in workers]) for core, workers in engines]
             raise AssertionError(
-                f"no {role} engine process of the cluster on Ray port {RAY_PORT} after "
-                f"{timeout_s:.0f} s; vLLM processes here: {seen or 'none'}"
+                f"no {role} engine with a worker in the cluster on Ray port {RAY_PORT} after "
+                f"{timeout_s:.0f} s; its {role} engines (EngineCore pid, worker pids): {seen}"
             )
         time.sleep(1)

@@ -113,6 +113,41 @@ def test_own_engines_are_found_by_their_environment() -> None:
         assert [p.pid for p in cluster_procs.own_engines(Scope(FREE_PORT))] == [own.pid]
 
 
+def _marked(pid: int, ppid: int, *cmdline: str) -> cluster_procs.MarkedProcess:
+    return cluster_procs.MarkedProcess(pid, ppid, cmdline or ("python", "-c", "spawn_main()"))
+
+
+def test_engine_trees_follow_the_process_tree_not_the_names() -> None:
+    # Replica 10 (unmarked: it set the markers after it started) with its resource tracker
+    # 11, engine 12 with worker 13; replica 19's engine 20 with workers 21 and 22; replica
+    # 29's engine 30 before its worker started.
+    tracker = _marked(11, 10, "python", "-c", "from multiprocessing.resource_tracker import main")
+    marked = [tracker, _marked(13, 12), _marked(12, 10), _marked(20, 19), _marked(22, 20),
+              _marked(21, 20), _marked(30, 29)]  # fmt: skip
+    assert cluster_procs.engine_trees(marked) == [
+        cluster_procs.EngineTree(12, (13,)),
+        cluster_procs.EngineTree(20, (21, 22)),
+        cluster_procs.EngineTree(30, ()),
+    ]
+
+
+def test_pool_engines_finds_an_engine_and_its_workers_by_their_markers() -> None:
+    # A shell stands for the EngineCore, its two sleeps for workers: no vLLM names anywhere.
+    env = {"PDSERVE_ENGINE_ROLE": "prefill", "PDSERVE_GCS_ADDRESS": f"127.0.0.1:{FREE_PORT}"}
+    with _started("sh", "-c", "sleep 30 & sleep 30 & wait", env=env) as core:
+        scope = Scope(FREE_PORT)
+        deadline = time.monotonic() + 10
+        while (
+            len(engines := cluster_procs.pool_engines(scope, "prefill")) != 1
+            or len(engines[0][1]) != 2
+        ):
+            assert time.monotonic() < deadline, engines
+            time.sleep(0.05)
+        assert engines[0][0].pid == core.pid
+        assert {w.pid for w in engines[0][1]} == {c.pid for c in core.children()}
+        assert cluster_procs.pool_engines(scope, "decode") == []
+
+
 def test_ray_worker_ports_stay_clear_of_pdserve_listeners_and_of_each_other() -> None:
     ranges = {port: ray_node.worker_ports(port) for port in (6390, 6391, 6393, 6394, 6396)}
     for low, high in ranges.values():

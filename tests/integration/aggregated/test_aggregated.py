@@ -14,6 +14,7 @@ import openai
 import psutil
 import pytest
 
+from pdserve.cluster_procs import Scope, pool_engines
 from tests.integration.aggregated.conftest import RAY_PORT_AGG
 from tests.integration.conftest import Cluster
 from tests.integration.texts import text_of_words
@@ -98,27 +99,19 @@ def test_a_conversation_step_goes_to_the_engine_that_caches_its_prefix(
     assert second["cached_tokens"] >= 640  # the router knew it before sending
 
 
-def _engine_cores() -> dict[int, tuple[str, int, set[int]]]:
-    """Each vLLM process of this package's cluster: pid -> (name, parent pid, the cores of its
-    threads that are pinned to one core: OpenMP binds each of the worker's compute threads to
-    one core of its list, and pdserve pins the EngineCore's threads to the replica's cores)."""
-    found = {}
-    for proc in psutil.process_iter(["name", "environ", "ppid"]):
+def _pinned_cores(proc: psutil.Process) -> set[int]:
+    """The cores of `proc`'s threads that are pinned to one core: OpenMP binds each of the
+    worker's compute threads to one core of its list, and pdserve pins the EngineCore's
+    threads to the replica's cores."""
+    cores: set[int] = set()
+    for task in pathlib.Path(f"/proc/{proc.pid}/task").iterdir():
         try:
-            env = proc.info["environ"] or {}
-            ours = env.get("PDSERVE_GCS_ADDRESS", "").endswith(f":{RAY_PORT_AGG}")
-            name = proc.info["name"] or ""
-            if not ours or not name.startswith("VLLM::"):
-                continue
-            cores: set[int] = set()
-            for task in pathlib.Path(f"/proc/{proc.pid}/task").iterdir():
-                allowed = (task / "status").read_text().split("Cpus_allowed_list:")[1].split()[0]
-                if "-" not in allowed and "," not in allowed:
-                    cores.add(int(allowed))
-            found[proc.pid] = (name, proc.info["ppid"], cores)
-        except (psutil.Error, OSError, IndexError):
-            continue
-    return found
+            allowed = (task / "status").read_text().split("Cpus_allowed_list:")[1].split()[0]
+        except (OSError, IndexError):
+            continue  # the thread exited
+        if "-" not in allowed and "," not in allowed:
+            cores.add(int(allowed))
+    return cores
 
 
 def test_each_engine_computes_on_its_own_core(aggregated: Cluster) -> None:
@@ -126,13 +119,12 @@ def test_each_engine_computes_on_its_own_core(aggregated: Cluster) -> None:
     replica's one core, and the two engines are on different cores, like deploy/local.yaml's
     prefill and decode engines."""
     del aggregated
-    procs = _engine_cores()
-    engines = [
-        (cores, procs[ppid][2])
-        for name, ppid, cores in procs.values()
-        if name == "VLLM::Worker" and ppid in procs
-    ]
-    assert len(engines) == 2, f"engine processes: {procs}"
-    for worker, engine_core in engines:
-        assert len(worker) == 1 and engine_core == worker, f"engine processes: {procs}"
-    assert sorted(sorted(w) for w, _ in engines) == [[0], [1]], f"engine processes: {procs}"
+    scope = Scope(RAY_PORT_AGG)
+    engines = [e for role in ("prefill", "decode") for e in pool_engines(scope, role)]
+    # EngineCore pid -> (its pinned cores, each worker's pinned cores)
+    seen = {core.pid: (_pinned_cores(core), [_pinned_cores(w) for w in ws]) for core, ws in engines}
+    assert len(seen) == 2, f"engines: {seen}"
+    for core_cores, worker_cores in seen.values():
+        assert len(worker_cores) == 1, f"engines: {seen}"
+        assert len(worker_cores[0]) == 1 and core_cores == worker_cores[0], f"engines: {seen}"
+    assert sorted(sorted(c) for c, _ in seen.values()) == [[0], [1]], f"engines: {seen}"

@@ -17,6 +17,7 @@ import openai
 import psutil
 
 from pdserve.bench.fault_inject import FaultError, engine_cores
+from pdserve.cluster_procs import Scope, is_own_engine
 from pdserve.router.policy.types import PoolName
 from tests.integration.texts import text_of_words
 from tests.integration.two_node.conftest import PDSERVE, RAY_PORT, TwoNodes
@@ -55,20 +56,21 @@ def _engine_namespaces(
         time.sleep(1)
 
 
-def _vllm_processes() -> list[str]:
-    """Every vLLM process on this machine with its pdserve markers and network namespace (what
-    a failure shows: a CI run once listed no prefill engine for 240 s)."""
+def _engine_processes() -> list[str]:
+    """Every process carrying an engine marker of this cluster, with its role, parent and
+    network namespace (what a failure shows: a CI run once listed no prefill engine for
+    240 s)."""
     seen = []
-    for proc in psutil.process_iter(["name", "environ"], ad_value=None):
-        if not (proc.info["name"] or "").startswith("VLLM::"):
-            continue
+    for proc in psutil.process_iter(["environ", "ppid", "name"], ad_value=None):
         env = proc.info["environ"] or {}
+        if "PDSERVE_ENGINE_ROLE" not in env or not is_own_engine(env, Scope(RAY_PORT)):
+            continue
         try:
             netns: int | str = _process_netns_inode(proc.pid)
         except OSError as exc:
             netns = str(exc)
-        seen.append(f"{proc.pid} {proc.info['name']} role={env.get('PDSERVE_ENGINE_ROLE')} "
-                    f"gcs={env.get('PDSERVE_GCS_ADDRESS')} netns={netns}")  # fmt: skip
+        seen.append(f"{proc.pid} ({proc.info['name']}, parent {proc.info['ppid']}) "
+                    f"role={env['PDSERVE_ENGINE_ROLE']} netns={netns}")  # fmt: skip
     return seen
 
 
@@ -80,7 +82,7 @@ def test_each_pool_runs_on_the_node_that_carries_it(two_nodes: TwoNodes) -> None
     if where != {"prefill": [head, head], "decode": [worker]}:
         raise AssertionError(
             f"engines by namespace {where}, expected prefill {[head, head]} and decode "
-            f"{[worker]}; vLLM processes: {_vllm_processes()}\nthe router's replicas: "
+            f"{[worker]}; marked processes: {_engine_processes()}\nthe router's replicas: "
             f"{_router_replicas(two_nodes)}"
         )
 

@@ -197,7 +197,8 @@ def _fit_host(
         raise typer.Exit(2) from exc
     console.print(
         f"host contention fitted on {name}: {fitted.host_contention:.2f} ({host_cores} host "
-        f"cores); engine steps under load +{fitted.engine_step_extra_s * 1e3:.2f} ms"
+        f"cores); engine steps under load +{fitted.engine_step_extra_s * 1e3:.2f} ms, "
+        f"host speed spread (log-normal sigma per 50 ms) {fitted.step_speed_sigma:.2f}"
     )
     local = fitted.local_jitter_sigma
     console.print(

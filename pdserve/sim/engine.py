@@ -74,6 +74,11 @@ class Step:
     work: tuple[tuple[Seq, int], ...]
     duration_s: float
 
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens this step computes (0 for a pure decode step)."""
+        return sum(n for seq, n in self.work if seq.prefilling)
+
 
 CacheLookup = Callable[[tuple[int, ...]], int]
 """Cached full blocks of a prompt's block hashes on this engine (longest cached prefix)."""

@@ -85,8 +85,21 @@ class SimProfile(StrictModel):
             "Seconds every engine step takes on top of the cost model's time while the "
             "deployment serves load: on a CPU host, the engines' output processing and "
             "streaming and the serving layer share the cores the idle profile had to itself "
-            "(fitted with host_contention from a measured run's TPOT p50; 0 = the cost "
-            "model alone)."
+            "(fitted with step_speed_sigma and host_contention from a measured run's TPOT; "
+            "0 = the cost model alone)."
+        ),
+    )
+    step_speed_sigma: float = Field(
+        default=0.0,
+        ge=0,
+        le=2,
+        description=(
+            "How the host's speed wanders under load: every decode step (one that computes "
+            "no prompt tokens) takes a factor shared by all engines and drawn afresh every "
+            "50 ms of the clock (STEP_SPEED_PERIOD_S; log-normal, median 1, this sigma). On a "
+            "shared CPU host other processes take the cores for tens of milliseconds at a "
+            "time, so a whole short stream can decode fast or slow. Fitted with "
+            "engine_step_extra_s from a measured run's TPOT p50 and p90; 0 = steady."
         ),
     )
     serving_jitter_sigma: float = Field(

@@ -25,7 +25,10 @@ log-normally (`host_contention`, `serving_jitter_sigma`; the KV transfer spreads
 only waits for the prefill engine's step, it does not stretch); the decode path's hops spread
 too (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
 token); all fitted from a measured run's timeline. Every engine step takes
-`engine_step_extra_s` on top of the cost model's time (the run's loaded step time).
+`engine_step_extra_s` on top of the cost model's time (the run's loaded step time); a decode
+step (one that computes no prompt tokens) then runs at the host's speed of the moment
+(`step_speed_sigma`: one log-normal factor per STEP_SPEED_PERIOD_S window of the clock, shared
+by every engine), so a whole short stream can decode fast or slow, as on a shared host.
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
 Host-wide stalls (`host_stall_rate_per_s`, a Poisson process of log-normal lengths) stop
@@ -92,6 +95,11 @@ class SimOutcome:
     wall_s: float = 0.0
 
 
+STEP_SPEED_PERIOD_S = 0.05
+"""How long the host's speed factor (`SimProfile.step_speed_sigma`) holds before the next draw:
+about one short stream's decode, the scale at which other processes hold a core."""
+
+
 def coalesce_times(token_times_s: Sequence[float], interval_s: float) -> list[float]:
     """When each stream chunk reaches the router, given when each token was produced: the
     first token and the last go at once; any other waits until `interval_s` has passed since
@@ -122,6 +130,9 @@ class Simulation:
         same seed, same run)."""
         self._rng = random.Random(seed)
         self._stall_rng = random.Random(f"host-stalls-{seed}")
+        self._speed_rng = random.Random(f"step-speed-{seed}")
+        self._speed_window = -1
+        self._speed = 1.0
         self._layout = layout
         self._profile = profile
         self._concurrency = concurrency
@@ -397,6 +408,18 @@ class Simulation:
         self.busy_samples.append(len(busy_groups))
         return self._jitter(self._profile.serving_s(base_s, len(busy_groups)))
 
+    def _step_speed(self) -> float:
+        """The host's speed factor for a decode step starting now (`step_speed_sigma`): one
+        draw per STEP_SPEED_PERIOD_S window of the clock, shared by every engine."""
+        sigma = self._profile.step_speed_sigma
+        if sigma <= 0:
+            return 1.0
+        window = math.floor(self._now / STEP_SPEED_PERIOD_S)
+        if window != self._speed_window:
+            self._speed_window = window
+            self._speed = math.exp(self._speed_rng.gauss(0.0, sigma))
+        return self._speed
+
     def _jitter(self, seconds: float) -> float:
         """`seconds` spread by the remote-prefill path's log-normal jitter."""
         return self._spread(seconds, self._profile.serving_jitter_sigma)
@@ -439,6 +462,8 @@ class Simulation:
                 seq.scheduled_s = self._now
         self._steps[engine_id] = step
         seconds = step.duration_s + self._profile.engine_step_extra_s
+        if step.prefill_tokens == 0:
+            seconds *= self._step_speed()
         end = self._now + seconds * (1 + sharing)
         self._step_end[engine_id] = end
         self._at(end, lambda: self._end_step(engine_id))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -14,7 +15,7 @@ from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.engine import EngineLimits
 from pdserve.sim.layout import EngineSpec, SimLayout
 from pdserve.sim.profile import SimProfile
-from pdserve.sim.simulator import SimResult, Simulation, coalesce_times
+from pdserve.sim.simulator import STEP_SPEED_PERIOD_S, SimResult, Simulation, coalesce_times
 from pdserve.sim.workload import SimRequest
 
 BLOCK = 16
@@ -93,6 +94,34 @@ def test_every_engine_step_pays_the_loaded_host_s_extra() -> None:
     assert r.ttft_s == pytest.approx(PROFILE.router_s + 2 * PROFILE.hop_s + prefill_s(1000) + extra)
     step = COST.est_decode_step_s(1, 0) + extra
     assert r.chunk_gaps_s == pytest.approx((step, step))
+
+
+def test_decode_steps_run_at_the_host_s_speed_of_their_50_ms_window() -> None:
+    """step_speed_sigma: each STEP_SPEED_PERIOD_S window of the clock draws one log-normal
+    speed factor (median 1) that every decode step started in it takes; prompt steps keep
+    their modelled time; the draws follow the seed."""
+    sigma = 0.4
+    wandering = PROFILE.model_copy(update={"step_speed_sigma": sigma})
+    req = [request(0, 1000, out=2001)]
+    [steady] = Simulation(layout(), PROFILE).run(req).results
+    [r] = Simulation(layout(), wandering, seed=3).run(req).results
+    assert r.ttft_s == pytest.approx(steady.ttft_s)  # the prompt's step is not scaled
+    step = COST.est_decode_step_s(1, 0)
+    assert steady.chunk_gaps_s == pytest.approx([step] * 2000)
+    factors = [gap / step for gap in r.chunk_gaps_s]
+    # A decode step starts when the one before it ended: one hop before its token arrived.
+    first_start_s = r.sent_s + r.ttft_s - PROFILE.hop_s
+    starts_s = itertools.accumulate([first_start_s, *r.chunk_gaps_s[:-1]])
+    by_window: dict[int, set[float]] = {}
+    for start_s, f in zip(starts_s, factors, strict=True):
+        by_window.setdefault(math.floor(start_s / STEP_SPEED_PERIOD_S), set()).add(round(f, 9))
+    assert len(by_window) > 100
+    assert all(len(fs) == 1 for fs in by_window.values())  # one factor per window
+    logs = [math.log(next(iter(fs))) for fs in by_window.values()]
+    assert abs(statistics.median(logs)) < 0.1 and 0.3 < statistics.stdev(logs) < 0.5
+    [again] = Simulation(layout(), wandering, seed=3).run(req).results
+    [other] = Simulation(layout(), wandering, seed=4).run(req).results
+    assert again.chunk_gaps_s == r.chunk_gaps_s and other.chunk_gaps_s != r.chunk_gaps_s
 
 
 def test_a_remote_prefill_pays_the_hops_and_the_kv_transfer() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.config import PdserveConfig
+from pdserve.engine.queue_poll import QUEUE_BUSY_POLL_ENV
 from pdserve.router.policy.types import PoolName
 
 _KV_ROLE: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
@@ -58,6 +59,9 @@ def engine_environment(
         "DO_NOT_TRACK": "1",
     }
     env.update(kv.ucx_env)
+    busy_poll_s = config.pool(role).engine.busy_poll_s(config.platform)
+    if busy_poll_s is not None:  # see pdserve.engine.queue_poll
+        env[QUEUE_BUSY_POLL_ENV] = repr(busy_poll_s)
     if config.platform == "cpu":
         # See pdserve.kv_transfer.vllm_plugin for why these two exist.
         env["PDSERVE_NIXL_PROGRESS_THREAD"] = "1" if kv.progress_thread else "0"

@@ -113,9 +113,33 @@ class EngineConfig(StrictModel):
             "which prefix blocks each replica holds; off = approximate routing history."
         ),
     )
+    queue_busy_poll_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description=(
+            "How long an engine's scheduler and worker processes keep polling the shared-"
+            "memory queue between them after each message before they sleep until the next "
+            "one (vLLM's built-in 1 s: both spin, calling sched_yield, for a second after "
+            "every step). On CPU the spinning processes took the cores from the router, the "
+            "replicas and the clients for up to a second at a time (machine-wide freezes "
+            "under bursts; bench/RESULTS.md). None = 0.02 s on CPU, vLLM's 1 s on GPU."
+        ),
+    )
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine args, passed through verbatim."
     )
+
+    def busy_poll_s(self, platform: str) -> float | None:
+        """The queue's busy-poll window for `platform` (None: leave vLLM's own)."""
+        if self.queue_busy_poll_seconds is not None:
+            return self.queue_busy_poll_seconds
+        return CPU_QUEUE_BUSY_POLL_S if platform == "cpu" else None
+
+
+CPU_QUEUE_BUSY_POLL_S = 0.02
+"""The default busy-poll window on CPU: longer than the gap between two engine steps under
+load, far shorter than vLLM's 1 s."""
 
 
 class PoolConfig(StrictModel):

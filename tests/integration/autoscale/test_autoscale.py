@@ -204,7 +204,8 @@ def test_the_decode_pool_scales_on_kv_usage_and_drains_its_streams_on_the_way_do
             while _healthy(http, "decode") < 2:
                 assert time.monotonic() < deadline, "the decode pool never scaled up"
                 assert not load.failed(), f"load requests failed: {load.failed()[:3]}"
-                assert _scaling(http, "prefill")["target_replicas"] == 1, "prefill moved"
+                prefill = _scaling(http, "prefill")
+                assert prefill["target_replicas"] == 1, f"prefill moved: {prefill}"
                 time.sleep(2)
             time.sleep(10)  # both decode replicas take streams
             # Let the requests in flight finish, so both replicas are idle when the long

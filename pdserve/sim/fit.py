@@ -168,16 +168,22 @@ def _stalls(
                 update={"host_stall_rate_per_s": rate_per_s, "host_stall_median_s": median_s}
             )
             simulated = predict(layout.name, layout, trial, workload, runs=STALL_FIT_RUNS)
-            error = 0.0
-            for field, measured_s in targets:
-                value_s = getattr(simulated.metrics, field)
-                if value_s is None or value_s <= 0:
-                    error = math.inf
-                    break
-                error += math.log(value_s / measured_s) ** 2
+            error = _log_error(simulated.metrics, targets)
             if best is None or error < best[0]:
                 best = (error, rate_per_s, median_s)
     return (0.0, 0.0) if best is None else (best[1], best[2])
+
+
+def _log_error(simulated: Metrics, targets: Sequence[tuple[str, float]]) -> float:
+    """Sum of squared log ratios (simulated / measured) over `targets` ((Metrics field,
+    measured seconds)); inf when the simulation lacks one of them."""
+    error = 0.0
+    for field, measured_s in targets:
+        value_s = getattr(simulated, field)
+        if value_s is None or value_s <= 0:
+            return math.inf
+        error += math.log(value_s / measured_s) ** 2
+    return error
 
 
 def _stream_targets(measured: PolicyReport) -> list[tuple[str, float]]:
@@ -224,13 +230,7 @@ def _engine_steps(
         extra_s, simulated = _step_extra_s(trial, layout, workload, requests, measured)
         if simulated is None:
             continue
-        error = 0.0
-        for field, measured_s in targets:
-            value_s = getattr(simulated, field)
-            if value_s is None or value_s <= 0:
-                error = math.inf
-                break
-            error += math.log(value_s / measured_s) ** 2
+        error = _log_error(simulated, targets)
         if best is None or error < best[0]:
             best = (error, extra_s, sigma)
     return (0.0, 0.0) if best is None else (best[1], best[2])

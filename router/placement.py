@@ -8,8 +8,9 @@ history that stands in for KV events.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pdserve.config import AdmissionConfig
 from pdserve.router.admission import check_decode_streams, check_prefill_backlog
@@ -97,7 +98,7 @@ class Placer:
         decision = self._policy.decide(
             summary,
             self._view.snapshots("prefill"),
-            self._view.snapshots("decode"),
+            with_open_streams(self._view.snapshots("decode"), self._streams),
             self._view.index,
             self._work,
             now,
@@ -196,3 +197,22 @@ class Placer:
     def queued_prefill_tokens(self, pool: PoolName) -> int:
         """Prompt tokens this router has sent to `pool` whose prefill has not finished."""
         return self._queued_tokens.get(pool, 0)
+
+
+def with_open_streams(
+    snapshots: Sequence[ReplicaSnapshot], open_streams: dict[str, int]
+) -> list[ReplicaSnapshot]:
+    """Decode snapshots whose running + waiting count is at least the streams this router has
+    open on the replica (the shortfall added to waiting). An engine's stats lag by up to a
+    refresh, so without this a burst placed between two refreshes sees the same idle replicas
+    each time and, scores tied, every stream goes to the lowest replica id. With several
+    router replicas the engine's count, once fresh, still includes the others' streams."""
+    out = []
+    for s in snapshots:
+        shortfall = open_streams.get(s.replica_id, 0) - (
+            s.num_running_requests + s.num_waiting_requests
+        )
+        if shortfall > 0:
+            s = dataclasses.replace(s, num_waiting_requests=s.num_waiting_requests + shortfall)
+        out.append(s)
+    return out

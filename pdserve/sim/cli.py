@@ -22,6 +22,7 @@ from pdserve.bench.report import BenchReport, StageStats
 from pdserve.bench.stats import sig3
 from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
+from pdserve.sim.carry import carry_load, serving_speed_ratio
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import (
@@ -36,8 +37,14 @@ from pdserve.sim.profile import SimProfile
 
 _NOT_WORKLOAD = (
     "profile", "config", "measured", "check", "json_path", "fit_host_on", "host_cores",
-    "write_profile", "runs",
+    "write_profile", "runs", "load_from",
 )  # fmt: skip
+LOAD_FROM_HELP = (
+    "A profile fitted on another machine (`--fit-host-on ... --write-profile`): predict with "
+    "--profile's idle engines and hops (this machine's `pdserve profile --sim-profile`) and "
+    "that fit's serving-layer load terms, its times scaled by the two profiles' idle hop "
+    "times."
+)
 RUNS_HELP = (
     "Simulate the workload this many times (different jitter draws) and pool the requests, so "
     "p99s are the model's and not one draw's. Default: enough runs for about 2,400 requests "
@@ -100,9 +107,13 @@ def simulate(
     host_cores: Annotated[
         int, typer.Option(min=1, help="With --fit-host-on: cores the measured machine had.")
     ] = 2,
+    load_from: Annotated[pathlib.Path | None, typer.Option(help=LOAD_FROM_HELP)] = None,
     write_profile: Annotated[
         pathlib.Path | None,
-        typer.Option(help="With --fit-host-on: save the profile with the fitted contention."),
+        typer.Option(
+            help="With --fit-host-on or --load-from: save the profile predicted with (fitted, "
+            "or carried)."
+        ),
     ] = None,
     runs: Annotated[
         int | None,
@@ -133,7 +144,7 @@ def simulate(
     with the simulator (no cluster needed), optionally against a measured bench report."""
     options = {k: v for k, v in locals().items() if v is not None and k not in _NOT_WORKLOAD}
     console = Console()
-    prof = _load_profile(profile, console)
+    prof = _load_profile(profile, console, load_from)
     report = _load_report(measured, console) if measured is not None else None
     cfg = _bench_config(report, options, console)
     names = _deployments(config, report, console)
@@ -145,11 +156,17 @@ def simulate(
         except ConfigError as exc:
             console.print(f"[red]config error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
+    if fit_host_on is not None and load_from is not None:
+        console.print("[red]error:[/red] --fit-host-on fits the load terms --load-from carries")
+        raise typer.Exit(2)
     if fit_host_on is not None:
         prof = _fit_host(prof, report, layouts, fit_host_on, cfg, host_cores, console)
-        if write_profile is not None:
-            write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
-            console.print(f"profile written to {write_profile}")
+    if write_profile is not None:
+        if fit_host_on is None and load_from is None:
+            console.print("[red]error:[/red] --write-profile needs --fit-host-on or --load-from")
+            raise typer.Exit(2)
+        write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
+        console.print(f"profile written to {write_profile}")
     predictions = [predict(n, lay, prof, cfg, records, runs=runs) for n, lay in layouts.items()]
     console.print(_predictions_table(predictions, cfg))
     rows = compare(predictions, report) if report is not None else []
@@ -216,12 +233,28 @@ def _fit_host(
     return fitted
 
 
-def _load_profile(path: pathlib.Path, console: Console) -> SimProfile:
+def _load_profile(
+    path: pathlib.Path, console: Console, load_from: pathlib.Path | None = None
+) -> SimProfile:
+    """The profile at `path`; with `load_from`, carrying that fitted profile's load terms."""
     try:
-        return SimProfile.load(path)
+        prof = SimProfile.load(path)
+        if load_from is None:
+            return prof
+        fitted = SimProfile.load(load_from)
+        carried = carry_load(fitted, prof)
+        ratio = serving_speed_ratio(fitted, prof)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
+    console.print(
+        f"load terms carried from {load_from}, serving times x{ratio:.2f}: host contention "
+        f"{carried.host_contention:.2f}, engine steps under load "
+        f"+{carried.engine_step_extra_s * 1e3:.2f} ms, client "
+        f"{carried.client_s * 1e3:.1f} ms + {carried.client_per_token_s * 1e6:.2f} us/token, "
+        f"host stalls {carried.host_stall_rate_per_s:g} per second"
+    )
+    return carried
 
 
 def _load_report(path: pathlib.Path, console: Console) -> BenchReport:

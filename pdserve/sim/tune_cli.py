@@ -20,13 +20,20 @@ from rich.table import Table
 from pdserve.bench.cli import _opt
 from pdserve.bench.stats import sig3
 from pdserve.config import ConfigError, load_config
-from pdserve.sim.cli import RUNS_HELP, _bench_config, _load_profile, _load_report, _trace
+from pdserve.sim.cli import (
+    LOAD_FROM_HELP,
+    RUNS_HELP,
+    _bench_config,
+    _load_profile,
+    _load_report,
+    _trace,
+)
 from pdserve.sim.search import P99_TIE, Ranked, candidates, meets_target, rank, typical_ttft_s
 
 _NOT_WORKLOAD = {
     "profile", "config", "devices", "chunk_tokens", "local_thresholds", "no_aggregated",
     "target_goodput", "workload_from", "top", "write", "write_helm", "max_ttft_p99_s",
-    "max_itl_p99_s", "runs",
+    "max_itl_p99_s", "runs", "load_from",
 }  # fmt: skip
 
 
@@ -56,6 +63,7 @@ def tune(
     devices: Annotated[
         int, typer.Option(min=1, help="Device budget: engines (GPUs; cores on CPU) to use.")
     ],
+    load_from: Annotated[pathlib.Path | None, typer.Option(help=LOAD_FROM_HELP)] = None,
     chunk_tokens: Annotated[
         str, typer.Option(help="Prefill chunk sizes to try, comma-separated; 'none' = whole.")
     ] = "256,512,1024,none",
@@ -119,7 +127,7 @@ def tune(
     workload and SLOs on a device budget, from simulations fitted to your engines."""
     options = {k: v for k, v in locals().items() if v is not None and k not in _NOT_WORKLOAD}
     console = Console()
-    prof = _load_profile(profile, console)
+    prof = _load_profile(profile, console, load_from)
     try:
         base = load_config(config)
     except ConfigError as exc:

@@ -8,16 +8,15 @@ history that stands in for KV events.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from pdserve.config import AdmissionConfig
 from pdserve.router.admission import check_decode_streams, check_prefill_backlog
 from pdserve.router.block_hashes import block_hashes
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.pipeline import RoutingPolicy
-from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.state import OutstandingWork, with_open_streams
 from pdserve.router.policy.types import (
     Decision,
     NoReplicaError,
@@ -197,22 +196,3 @@ class Placer:
     def queued_prefill_tokens(self, pool: PoolName) -> int:
         """Prompt tokens this router has sent to `pool` whose prefill has not finished."""
         return self._queued_tokens.get(pool, 0)
-
-
-def with_open_streams(
-    snapshots: Sequence[ReplicaSnapshot], open_streams: dict[str, int]
-) -> list[ReplicaSnapshot]:
-    """Decode snapshots whose running + waiting count is at least the streams this router has
-    open on the replica (the shortfall added to waiting). An engine's stats lag by up to a
-    refresh, so without this a burst placed between two refreshes sees the same idle replicas
-    each time and, scores tied, every stream goes to the lowest replica id. With several
-    router replicas the engine's count, once fresh, still includes the others' streams."""
-    out = []
-    for s in snapshots:
-        shortfall = open_streams.get(s.replica_id, 0) - (
-            s.num_running_requests + s.num_waiting_requests
-        )
-        if shortfall > 0:
-            s = dataclasses.replace(s, num_waiting_requests=s.num_waiting_requests + shortfall)
-        out.append(s)
-    return out

@@ -68,18 +68,26 @@ def predict(
     trace: Sequence[TraceRecord] = (),
     *,
     runs: int | None = None,
+    count_open_streams: bool = True,
 ) -> Prediction:
     """Simulate `cfg`'s workload (its concurrency cap included) on `layout`, `runs` times
     with different jitter draws (seeds 0..runs-1), and pool the requests: a p99 of one
     200-request run is about its second-slowest request, as noisy as a measurement's.
-    `runs` None: `default_runs` for the workload's size."""
+    `runs` None: `default_runs` for the workload's size. `count_open_streams` False: the
+    router of recorded runs made before 2026-12-03 (see `Simulation`)."""
     block = layout.engines[0].limits.block_size_tokens
     requests = workload_requests(cfg, block, trace)
     runs = default_runs(len(requests)) if runs is None else runs
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
     outcomes = [
-        Simulation(layout, profile, concurrency=cfg.concurrency, seed=seed).run(requests)
+        Simulation(
+            layout,
+            profile,
+            concurrency=cfg.concurrency,
+            seed=seed,
+            count_open_streams=count_open_streams,
+        ).run(requests)
         for seed in range(runs)
     ]
     pooled = SimOutcome(

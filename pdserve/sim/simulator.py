@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.state import OutstandingWork, with_open_streams
 from pdserve.router.policy.types import (
     Decision,
     PolicyName,
@@ -124,10 +124,13 @@ class Simulation:
         concurrency: int | None = None,
         policy: PolicyName = "pdserve",
         seed: int = 0,
+        count_open_streams: bool = True,
     ):
         """`concurrency`: the client's cap on requests in flight (None = no cap). `seed`: the
         random draws of the serving-layer jitter and of the host's stalls (the only randomness;
-        same seed, same run)."""
+        same seed, same run). `count_open_streams` False: the router before 2026-12-03, which
+        placed decode on the engines' request counts alone, so a burst went to one decode
+        replica (the recorded runs A-H of bench/RESULTS.md were measured with it)."""
         self._rng = random.Random(seed)
         self._stall_rng = random.Random(f"host-stalls-{seed}")
         self._speed_rng = random.Random(f"step-speed-{seed}")
@@ -144,6 +147,12 @@ class Simulation:
         )
         self._index = PrefixIndex(mode="events")
         self._work = OutstandingWork()
+        self._count_open_streams = count_open_streams
+        self._open_streams: dict[str, int] = {}
+        """Streams the router has open per decode engine, from placement until it sees the
+        last chunk: the router counts them under the engines' request counts, which it reads
+        lagging (`with_open_streams`); the simulator's snapshots are exact but miss requests
+        still on their way to the engine, so a burst would otherwise go to one engine."""
         self._engines: dict[str, SimEngine] = {}
         self._pool_of: dict[str, PoolName] = {}
         self._group_of: dict[str, str] = {}
@@ -269,12 +278,15 @@ class Simulation:
         d = self._policy.decide(
             summary,
             self._snapshots("prefill"),
-            self._snapshots("decode"),
+            with_open_streams(self._snapshots("decode"), self._open_streams)
+            if self._count_open_streams
+            else self._snapshots("decode"),
             self._index,
             self._work,
             self._now,
         )
         result.decision = d
+        self._open_streams[d.decode_replica_id] = self._open_streams.get(d.decode_replica_id, 0) + 1
         result.local_prefill = d.prefill_is_local
         prefilling = d.prefill_replica_id or d.decode_replica_id
         self._work.start(
@@ -360,7 +372,14 @@ class Simulation:
         result.ttft_s = chunks[0] - result.sent_s
         result.e2e_s = chunks[-1] - result.sent_s
         result.chunk_gaps_s = tuple(b - a for a, b in itertools.pairwise(chunks))
+        decode_id = result.decision.decode_replica_id if result.decision else None
+        self._at(chunks[-1] - client_s, lambda: self._stream_closed(decode_id))
         self._at(chunks[-1], self._client_done)
+
+    def _stream_closed(self, decode_replica_id: str | None) -> None:
+        """The router saw a stream's last chunk: one open stream fewer on its decode replica."""
+        if decode_replica_id is not None:
+            self._open_streams[decode_replica_id] -= 1
 
     @staticmethod
     def _decode_stages(result: SimResult, seq: Seq, first_s: float, last_s: float) -> None:

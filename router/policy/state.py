@@ -9,11 +9,17 @@ clock), so this is pure bookkeeping with no clock of its own. Not thread-safe.
 
 This only sees the work this router sent. Other router replicas' work shows up in the
 replicas' snapshots (`queued_prefill_tokens`), which the pipeline combines with this.
+`with_open_streams` does the same for decode: the streams the router has open per decode
+replica under the engines' lagging request counts.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from pdserve.router.policy.types import ReplicaSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +112,22 @@ class OutstandingWork:
         """The replica is gone: drop its in-flight records (their finish() returns False)."""
         self._in_flight.pop(replica_id, None)
         self._sum_s.pop(replica_id, None)
+
+
+def with_open_streams(
+    snapshots: Sequence[ReplicaSnapshot], open_streams: dict[str, int]
+) -> list[ReplicaSnapshot]:
+    """Decode snapshots whose running + waiting count is at least the streams this router has
+    open on the replica (the shortfall added to waiting). An engine's stats lag by up to a
+    refresh, so without this a burst placed between two refreshes sees the same idle replicas
+    each time and, scores tied, every stream goes to the lowest replica id. With several
+    router replicas the engine's count, once fresh, still includes the others' streams."""
+    out = []
+    for s in snapshots:
+        shortfall = open_streams.get(s.replica_id, 0) - (
+            s.num_running_requests + s.num_waiting_requests
+        )
+        if shortfall > 0:
+            s = dataclasses.replace(s, num_waiting_requests=s.num_waiting_requests + shortfall)
+        out.append(s)
+    return out

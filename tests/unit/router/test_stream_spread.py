@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pdserve.router.placement import with_open_streams
+from pdserve.router.policy.state import with_open_streams
 from pdserve.router.policy.types import ReplicaSnapshot
 from tests.unit.router.fakes import placer
 

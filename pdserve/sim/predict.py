@@ -14,9 +14,10 @@ from pdserve.bench.stats import ratio
 from pdserve.bench.trace import TraceRecord
 from pdserve.router.timeline import STAGES
 from pdserve.sim.layout import SimLayout
+from pdserve.sim.outcome import SimOutcome
 from pdserve.sim.profile import SimProfile
 from pdserve.sim.report import sim_metrics
-from pdserve.sim.simulator import SimOutcome, Simulation
+from pdserve.sim.simulator import Simulation
 from pdserve.sim.workload import SimRequest, from_bench, from_trace
 
 COMPARED = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import RequestResult
 from pdserve.bench.report import Metrics, build_metrics
-from pdserve.sim.simulator import SimOutcome, SimResult
+from pdserve.sim.outcome import SimOutcome, SimResult
 
 
 def as_bench_result(index: int, r: SimResult) -> RequestResult:

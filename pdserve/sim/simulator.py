@@ -46,13 +46,11 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.policy.state import OutstandingWork, with_open_streams
 from pdserve.router.policy.types import (
-    Decision,
     PolicyName,
     PoolName,
     ReplicaSnapshot,
@@ -60,40 +58,9 @@ from pdserve.router.policy.types import (
 )
 from pdserve.sim.engine import Seq, SimEngine, Step
 from pdserve.sim.layout import SimLayout
+from pdserve.sim.outcome import SimOutcome, SimResult
 from pdserve.sim.profile import SimProfile
 from pdserve.sim.workload import SimRequest
-
-
-@dataclass(slots=True)
-class SimResult:
-    """What the client saw for one request (seconds; `sent_s` on the simulation clock)."""
-
-    request: SimRequest
-    sent_s: float
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    chunk_gaps_s: tuple[float, ...] = ()
-    cached_tokens: int = 0
-    local_prefill: bool = False
-    decision: Decision | None = None
-    stages: dict[str, float] = field(default_factory=dict)
-    """pdserve's timeline stages as the router would have recorded them (router/timeline.py:
-    router_queue, prefill_queue, prefill, prefill_hops, kv_transfer, decode_first_token,
-    decode_hops, decode); they add up to the router's TTFT, the client adds client_time_s."""
-    handoff_at_s: float = 0.0
-    handoff_s: float = 0.0
-    """A remote prefill's handoff: when its prompt was done, and the two hops that followed
-    (the reply to the router, the call to the decode replica)."""
-
-
-@dataclass(slots=True)
-class SimOutcome:
-    """Every request's result, in request order, and the span from the first send to the
-    last completion."""
-
-    results: list[SimResult] = field(default_factory=list)
-    wall_s: float = 0.0
-
 
 STEP_SPEED_PERIOD_S = 0.05
 """How long the host's speed factor (`SimProfile.step_speed_sigma`) holds before the next draw:

@@ -14,8 +14,9 @@ from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.engine import EngineLimits
 from pdserve.sim.layout import EngineSpec, SimLayout
+from pdserve.sim.outcome import SimResult
 from pdserve.sim.profile import SimProfile
-from pdserve.sim.simulator import STEP_SPEED_PERIOD_S, SimResult, Simulation, coalesce_times
+from pdserve.sim.simulator import STEP_SPEED_PERIOD_S, Simulation, coalesce_times
 from pdserve.sim.workload import SimRequest
 
 BLOCK = 16

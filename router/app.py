@@ -45,6 +45,7 @@ from pdserve.router.headers import (
     TIMING_HEADER,
 )
 from pdserve.router.inflight import InflightGate
+from pdserve.router.loop_lag import LoopLagSampler
 from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.orchestrate import Generation, Orchestrator
@@ -80,8 +81,24 @@ def build_app(
     """The router's FastAPI app. `api_keys` None or empty: the API is open.
     `allow_policy_override` enables the x-pdserve-policy header (local and benchmark
     deployments). `report_prompt_cost`: send the x-pdserve-prompt-cost header and the
-    `pdserve_prompt_cost` usage field (router.prompt_cost.enabled)."""
-    app = FastAPI(title="pdserve", description="Disaggregated prefill/decode LLM serving")
+    `pdserve_prompt_cost` usage field (router.prompt_cost.enabled). From startup to shutdown
+    (the app's lifespan) a `LoopLagSampler` records the event loop's lag in
+    `pdserve_router_event_loop_lag_seconds`."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        sampler = LoopLagSampler(observer.metrics.event_loop_lag.observe)
+        task = asyncio.get_running_loop().create_task(sampler.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(
+        title="pdserve", description="Disaggregated prefill/decode LLM serving", lifespan=lifespan
+    )
     install_error_handlers(app)
     retry_advisor = RetryAfterAdvisor(time.monotonic)
 

@@ -22,6 +22,7 @@ from pdserve.router.app import build_app
 from pdserve.router.auth import ApiKeys
 from pdserve.router.context.breaks import ConversationTracker
 from pdserve.router.dispatch import RayServeDispatcher
+from pdserve.router.kv_events import load_vllm_event_types
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
@@ -53,6 +54,8 @@ class Router:
         mode = router.prefix_index
         if mode == "auto":
             mode = "events" if uses_events else "approximate"
+        if mode == "events":
+            load_vllm_event_types()  # now, not on the first request: see its docstring
         self._view = ReplicaView(PrefixIndex(mode=mode), pools=pools)
         placer = Placer(
             router.routing,

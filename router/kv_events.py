@@ -63,6 +63,20 @@ class EventTranslator:
         self._sink.clear(self._replica_id)
 
 
+def load_vllm_event_types() -> None:
+    """Imports vLLM's KV event types, which imports vLLM, torch and openai: about 1,700
+    modules and a few seconds.
+
+    The router calls this while its replica starts (router/deployment.py), so that neither the
+    import (which blocks the event loop) nor the first full garbage collection over the
+    objects it creates lands on a request: Ray Serve collects and freezes the heap once a
+    replica's constructor returns, and the collector never scans frozen objects again. Left
+    to the first subscriber, the import stalled the first /ready for 3.5 s and the objects it
+    made set off 150-400 ms full collections about ten seconds into the first load
+    (bench/RESULTS.md, "The router's garbage collector and a blocking import")."""
+    import vllm.distributed.kv_events  # noqa: F401
+
+
 class KVEventSubscriber:
     """Reads `KVEventBatch` messages from one engine's ZMQ publisher."""
 
@@ -79,7 +93,7 @@ class KVEventSubscriber:
         import msgspec
         import zmq
         import zmq.asyncio
-        from vllm.distributed.kv_events import (
+        from vllm.distributed.kv_events import (  # imported already: load_vllm_event_types
             AllBlocksCleared,
             BlockRemoved,
             BlockStored,

@@ -220,6 +220,13 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Changes of Ray Serve's target replica count seen by this router, by direction.",
         ("pool", "direction"),
     ),
+    MetricSpec(
+        "pdserve_router_event_loop_lag_seconds",
+        "histogram",
+        "How much later than asked this router replica's event loop woke a task that sleeps "
+        "50 ms: time the loop, which serves every request of the replica, could run nothing "
+        "(a blocking call, a full garbage collection, a starved CPU).",
+    ),
 )
 
 

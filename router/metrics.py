@@ -47,6 +47,7 @@ class RouterMetrics:
         self.scaling_signal: Gauge = made["pdserve_pool_scaling_signal"]  # type: ignore[assignment]
         self.scaling_target: Gauge = made["pdserve_pool_scaling_target"]  # type: ignore[assignment]
         self.scale_events: Counter = made["pdserve_pool_scale_events"]  # type: ignore[assignment]
+        self.event_loop_lag: Histogram = made["pdserve_router_event_loop_lag_seconds"]  # type: ignore[assignment]
 
     def _make(self, spec: MetricSpec) -> Counter | Gauge | Histogram:
         labels = list(spec.labels)

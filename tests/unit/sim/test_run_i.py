@@ -42,7 +42,8 @@ OUTSIDE = {
 """Carried from F's fit (15 of 18 held), from B's (16), and run I's own 1P1D fit (13). Every
 miss but 2P1D's long TTFT p50 (1.16-1.17) is a TTFT p99 too low; aggregated's long-prompt
 TTFT p99 (0.197 s measured against a p50 of 0.075 s) stands on a client-side tail of up to
-0.13 s that no fit's client spread reaches."""
+0.13 s that no fit's client spread reaches (the router's full garbage collection, since
+removed: RESULTS.md)."""
 
 
 @functools.cache

@@ -45,7 +45,7 @@ from pdserve.router.headers import (
     TIMING_HEADER,
 )
 from pdserve.router.inflight import InflightGate
-from pdserve.router.loop_lag import LoopLagSampler
+from pdserve.router.loop_lag import LoopLagSampler, LoopLagTask
 from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.orchestrate import Generation, Orchestrator
@@ -81,20 +81,18 @@ def build_app(
     """The router's FastAPI app. `api_keys` None or empty: the API is open.
     `allow_policy_override` enables the x-pdserve-policy header (local and benchmark
     deployments). `report_prompt_cost`: send the x-pdserve-prompt-cost header and the
-    `pdserve_prompt_cost` usage field (router.prompt_cost.enabled). From startup to shutdown
-    (the app's lifespan) a `LoopLagSampler` records the event loop's lag in
+    `pdserve_prompt_cost` usage field (router.prompt_cost.enabled). From the first request to
+    shutdown a `LoopLagSampler` records the event loop's lag in
     `pdserve_router_event_loop_lag_seconds`."""
+
+    loop_lag = LoopLagTask(LoopLagSampler(observer.metrics.event_loop_lag.observe))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        sampler = LoopLagSampler(observer.metrics.event_loop_lag.observe)
-        task = asyncio.get_running_loop().create_task(sampler.run())
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await loop_lag.stop()
 
     app = FastAPI(
         title="pdserve", description="Disaggregated prefill/decode LLM serving", lifespan=lifespan
@@ -112,7 +110,7 @@ def build_app(
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
     app.add_middleware(ApiKeyMiddleware, keys=api_keys or ApiKeys(frozenset()))
-    app.add_middleware(ArrivalStampMiddleware)
+    app.add_middleware(ArrivalStampMiddleware, on_request=loop_lag.start)
     completions = CompletionHandler(
         preparer,
         orchestrator,
@@ -171,14 +169,17 @@ def build_app(
 
 class ArrivalStampMiddleware:
     """Stamps each request's arrival (monotonic clock) before its body is read and validated,
-    so the timeline's router_queue stage covers parsing too. Pure ASGI: no per-request task."""
+    so the timeline's router_queue stage covers parsing too, and calls `on_request` (cheap,
+    synchronous) first. Pure ASGI: no per-request task."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, on_request: Callable[[], None] = lambda: None):
         self._app = app
+        self._on_request = on_request
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             scope.setdefault("state", {})[ARRIVAL_KEY] = time.monotonic()
+            self._on_request()
         await self._app(scope, receive, send)
 
 

@@ -224,8 +224,9 @@ CATALOG: tuple[MetricSpec, ...] = (
         "pdserve_router_event_loop_lag_seconds",
         "histogram",
         "How much later than asked this router replica's event loop woke a task that sleeps "
-        "50 ms: time the loop, which serves every request of the replica, could run nothing "
-        "(a blocking call, a full garbage collection, a starved CPU).",
+        "50 ms, from the replica's first request on: time the loop, which serves every "
+        "request of the replica, could run nothing (a blocking call, a full garbage "
+        "collection, a starved CPU).",
     ),
 )
 

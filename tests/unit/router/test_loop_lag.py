@@ -1,5 +1,6 @@
 """The router's event-loop lag sampler: it reports how late its sleeps wake, on a real loop
-blocked for real, and the app's lifespan runs it into pdserve_router_event_loop_lag_seconds."""
+blocked for real, and the app runs it from its first request to shutdown into
+pdserve_router_event_loop_lag_seconds."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_the_interval_must_be_positive() -> None:
         LoopLagSampler(lambda _: None, 0)
 
 
-def test_the_app_samples_its_loop_from_startup_to_shutdown() -> None:
+def test_the_app_samples_its_loop_from_its_first_request_to_shutdown() -> None:
     config = PdserveConfig.model_validate({})
     dispatcher = FakeDispatcher()
     the_placer = placer()
@@ -67,6 +68,9 @@ def test_the_app_samples_its_loop_from_startup_to_shutdown() -> None:
         ClusterStatus(the_placer, dispatcher),
     )
     with TestClient(app) as client:  # runs the lifespan, on the client's own loop thread
+        time.sleep(0.2)
+        assert metrics.registry.get_sample_value(LAG_COUNT) == 0, "no request yet: no samples"
+        client.get("/health")
         time.sleep(0.3)
         text = client.get("/metrics").text
     running = metrics.registry.get_sample_value(LAG_COUNT) or 0.0

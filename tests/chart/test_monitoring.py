@@ -133,6 +133,7 @@ def test_dashboard_panel_queries_existing_metrics(panel: dict[str, Any]) -> None
         ("pdserve_pool_kv_cache_usage_ratio", "by (pool)"),
         ("pdserve_requests_total", "by (decision)"),
         ("pdserve_requests_total", "by (status)"),
+        ("pdserve_router_event_loop_lag_seconds_bucket", "histogram_quantile(0.99"),
     ],
 )
 def test_dashboard_has_the_panels_sres_need(metric: str, must_contain: str) -> None:

@@ -9,7 +9,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdserve.config import AdmissionConfig
+from fastapi import FastAPI
+
+from pdserve.config import AdmissionConfig, PdserveConfig
 from pdserve.kv_transfer.params import KVHandoff
 from pdserve.messages import (
     DecodeChunk,
@@ -19,13 +21,19 @@ from pdserve.messages import (
     PrefillRequest,
     PrefillResult,
 )
+from pdserve.router.app import build_app
 from pdserve.router.context.layout import MessageSpan, PromptLayout
+from pdserve.router.metrics import RouterMetrics
+from pdserve.router.observe import RouterObserver
 from pdserve.router.openai_models import ChatMessage
+from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import RenderedChat
 from pdserve.router.replica_view import ReplicaView
+from pdserve.router.status import ClusterStatus
 
 BLOCK_TOKENS = 16
 PREFILL_TIMES = EngineTimes(queued_s=100.0, scheduled_s=100.25, first_token_s=101.0)
@@ -165,6 +173,23 @@ class FixedSource:
 
     def replicas(self) -> list[tuple[str, dict[str, Any]]]:
         return self._replicas
+
+
+def router_app(
+    config: PdserveConfig,
+    dispatcher: FakeDispatcher,
+    the_placer: Placer,
+    metrics: RouterMetrics,
+    **app_args: Any,
+) -> FastAPI:
+    """The router's real app (`build_app`) over `dispatcher`, with the word tokenizer."""
+    return build_app(
+        RequestPreparer(config, WordTokenizer()),
+        Orchestrator(config.router, dispatcher, the_placer),
+        RouterObserver(metrics, the_placer),
+        ClusterStatus(the_placer, dispatcher),
+        **app_args,
+    )
 
 
 def placer(

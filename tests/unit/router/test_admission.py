@@ -16,13 +16,8 @@ from pdserve.router.admission import (
     check_inflight,
     check_prefill_backlog,
 )
-from pdserve.router.app import build_app
 from pdserve.router.metrics import RouterMetrics
-from pdserve.router.observe import RouterObserver
-from pdserve.router.orchestrate import Orchestrator
-from pdserve.router.prepare import RequestPreparer
-from pdserve.router.status import ClusterStatus
-from tests.unit.router.fakes import FakeDispatcher, WordTokenizer, placer
+from tests.unit.router.fakes import FakeDispatcher, placer, router_app
 
 
 @pytest.mark.parametrize(
@@ -69,13 +64,10 @@ def client(
     config = PdserveConfig.model_validate({"router": {"admission": admission.model_dump()}})
     the_placer = placer(local_prefill_max_cold_tokens=64, admission=config.router.admission)
     metrics = RouterMetrics()
-    app = build_app(
-        RequestPreparer(config, WordTokenizer()),
-        Orchestrator(config.router, d, the_placer),
-        RouterObserver(metrics, the_placer),
-        ClusterStatus(the_placer, d),
+    app = router_app(
+        config, d, the_placer, metrics,
         max_inflight_requests=config.router.admission.max_inflight_requests,
-    )
+    )  # fmt: skip
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     return httpx.AsyncClient(transport=transport, base_url="http://router"), metrics
 

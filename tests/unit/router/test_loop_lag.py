@@ -11,14 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from pdserve.config import PdserveConfig
-from pdserve.router.app import build_app
 from pdserve.router.loop_lag import LoopLagSampler
 from pdserve.router.metrics import RouterMetrics
-from pdserve.router.observe import RouterObserver
-from pdserve.router.orchestrate import Orchestrator
-from pdserve.router.prepare import RequestPreparer
-from pdserve.router.status import ClusterStatus
-from tests.unit.router.fakes import FakeDispatcher, WordTokenizer, placer
+from tests.unit.router.fakes import FakeDispatcher, placer, router_app
 
 LAG_COUNT = "pdserve_router_event_loop_lag_seconds_count"
 
@@ -61,12 +56,7 @@ def test_the_app_samples_its_loop_from_its_first_request_to_shutdown() -> None:
     dispatcher = FakeDispatcher()
     the_placer = placer()
     metrics = RouterMetrics()
-    app = build_app(
-        RequestPreparer(config, WordTokenizer()),
-        Orchestrator(config.router, dispatcher, the_placer),
-        RouterObserver(metrics, the_placer),
-        ClusterStatus(the_placer, dispatcher),
-    )
+    app = router_app(config, dispatcher, the_placer, metrics)
     with TestClient(app) as client:  # runs the lifespan, on the client's own loop thread
         time.sleep(0.2)
         assert metrics.registry.get_sample_value(LAG_COUNT) == 0, "no request yet: no samples"

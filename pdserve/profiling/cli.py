@@ -248,6 +248,12 @@ def _show(
     ):
         if line:
             console.print(line)
+    for label, fitted_error in (
+        ("prefill", report.mean_abs_error_prefill(m.prefill, new)),
+        ("decode", report.mean_abs_error_decode(decode, new)),
+    ):
+        if warning := report.noisy_fit_warning(label, fitted_error):
+            console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     for note in notes:
         console.print(f"[yellow]fit note:[/yellow] {escape(note)}")
 

@@ -104,6 +104,26 @@ def mean_abs_error_decode(samples: Sequence[DecodeSample], model: CostModel) -> 
     return statistics.fmean(errs) if errs else None
 
 
+NOISY_FIT_ERROR = 0.5
+"""A fitted model whose mean |relative error| over its own samples exceeds this was fitted on
+a busy host (bench/RESULTS.md, runs J-L: quiet profiles fit within 6-17 %, two taken while
+the host was busy missed their prefill samples by 89 %; on run L the busy one predicted 10-11
+of 18 cells, the quiet one of an hour before 14)."""
+
+
+def noisy_fit_warning(label: str, fitted_error: float | None) -> str:
+    """A warning when the fitted `label` model misses its own samples by more than
+    NOISY_FIT_ERROR on average ('' otherwise, or with no samples)."""
+    if fitted_error is None or fitted_error <= NOISY_FIT_ERROR:
+        return ""
+    return (
+        f"the fitted {label} model misses its own samples by {fitted_error * 100:.0f}% on "
+        f"average (a quiet host fits within {NOISY_FIT_ERROR * 100:.0f}%): other work was "
+        "probably running on the engines' cores while profiling; profile again on a quiet "
+        "host before simulating or tuning with it"
+    )
+
+
 def report_json(
     *,
     url: str,

@@ -249,8 +249,11 @@ def test_report_rows_group_by_inputs_and_order() -> None:
 TRUE = CostModel(fixed_overhead_s=0.015, per_token_s=4e-05, per_token_sq_s=1e-09)
 
 
-def _router(status: int = 200, ready: int = 200) -> httpx.MockTransport:
+def _router(status: int = 200, ready: int = 200, busy_host: bool = False) -> httpx.MockTransport:
+    """`busy_host`: every other prefill takes 4x TRUE's time, the others a quarter (a host
+    whose other work comes and goes while it is profiled)."""
     cache: set[tuple[int, ...]] = set()
+    served = [0]
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/ready":
@@ -272,6 +275,9 @@ def _router(status: int = 200, ready: int = 200) -> httpx.MockTransport:
             headers = {**_headers({}, None), "content-type": "text/event-stream"}
             return httpx.Response(200, text=text, headers=headers)
         timing = {"prefill": TRUE.est_prefill_s(len(ids) - cached, cached)}
+        if busy_host:
+            served[0] += 1
+            timing["prefill"] *= 4.0 if served[0] % 2 else 0.25
         return httpx.Response(200, json=usage, headers=_headers(timing, {"cached_tokens": 0}))
 
     return httpx.MockTransport(handle)
@@ -299,6 +305,28 @@ def test_profile_writes_a_validated_config_and_json(
     assert doc["model"] == "m" and doc["cost_model"] == written.model_dump()
     assert any(s["num_cached_tokens"] == 1024 for s in doc["prefill_samples"])
     assert doc["mean_abs_rel_error"]["prefill_new"] < 1e-3
+    assert "warning" not in result.output
+
+
+def test_profile_warns_when_the_fit_misses_its_own_samples(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result = _invoke(monkeypatch, _router(busy_host=True), "--quick", "--repeats", "1")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "warning: the fitted prefill model misses its own samples by" in text
+    assert "profile again on a quiet host" in text
+    assert "fitted decode model" not in text
+
+
+@pytest.mark.parametrize(
+    ("error", "warns"), [(None, False), (0.06, False), (0.5, False), (0.51, True), (0.89, True)]
+)
+def test_noisy_fit_warning_above_half(error: float | None, warns: bool) -> None:
+    warning = R.noisy_fit_warning("prefill", error)
+    assert bool(warning) is warns
+    if warns:
+        assert f"by {error * 100:.0f}% on average" in warning  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(

@@ -74,14 +74,30 @@ LAYOUTS: dict[str, SimLayout] = {
 }
 
 
+def fit_on_1p1d(run: str, idle: SimProfile) -> SimProfile:
+    """`idle` with the serving layer fitted on the recorded `run`'s 1P1D deployment."""
+    report, workload = _report(run)
+    return fit_host_contention(
+        idle, LAYOUTS["1p1d"], workload, report.policies["1p1d"], host_cores=2
+    )
+
+
+def predicted_rows(run: str, profile: SimProfile, *, count_open_streams: bool) -> Rows:
+    """The three layouts predicted with `profile` for the recorded `run`'s workload, beside
+    its measurements. `count_open_streams` False for runs recorded before the router counted
+    its own open streams (runs A-H; see Simulation)."""
+    report, workload = _report(run)
+    predictions = [
+        predict(n, lay, profile, workload, runs=RUNS, count_open_streams=count_open_streams)
+        for n, lay in LAYOUTS.items()
+    ]
+    return {(r.deployment, r.scope, r.field): r for r in compare(predictions, report)}
+
+
 @functools.cache
 def _profile(run: str) -> SimProfile:
     """The idle profile with the serving layer fitted on `run`'s 1P1D."""
-    report, workload = _report(run)
-    idle = SimProfile.load(FIXTURES / "sim-profile-local.json")
-    profile = fit_host_contention(
-        idle, LAYOUTS["1p1d"], workload, report.policies["1p1d"], host_cores=2
-    )
+    profile = fit_on_1p1d(run, SimProfile.load(FIXTURES / "sim-profile-local.json"))
     assert profile.host_contention > 0 and profile.client_s > 0
     assert profile.serving_jitter_sigma > 0 and profile.decode_jitter_sigma > 0
     return profile
@@ -89,14 +105,7 @@ def _profile(run: str) -> SimProfile:
 
 @functools.cache
 def _rows(run: str, fitted_on: str | None = None) -> Rows:
-    report, workload = _report(run)
-    profile = _profile(fitted_on or run)
-    # Recorded with the router before it counted its own open streams (see Simulation).
-    predictions = [
-        predict(n, lay, profile, workload, runs=RUNS, count_open_streams=False)
-        for n, lay in LAYOUTS.items()
-    ]
-    return {(r.deployment, r.scope, r.field): r for r in compare(predictions, report)}
+    return predicted_rows(run, _profile(fitted_on or run), count_open_streams=False)
 
 
 def _ratio(rows: Rows, *key: str) -> float:

@@ -14,17 +14,14 @@ import pathlib
 import pytest
 
 from pdserve.sim.carry import DIMENSIONLESS_LOAD_TERMS, carry_load, serving_speed_ratio
-from pdserve.sim.predict import compare, predict
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
-    LAYOUTS,
-    RUNS,
     Rows,
     _outside,
     _profile,
     _ratio,
-    _report,
+    predicted_rows,
 )
 from tests.unit.sim.test_new_machine import RUN_F, _profile_f
 
@@ -45,13 +42,7 @@ five TTFT p99s are too low, since F's run fitted no stalls and run B's machine s
 
 
 def _rows(run: str, profile: SimProfile) -> Rows:
-    report, workload = _report(run)
-    # Recorded with the router before it counted its own open streams (see Simulation).
-    predictions = [
-        predict(n, lay, profile, workload, runs=RUNS, count_open_streams=False)
-        for n, lay in LAYOUTS.items()
-    ]
-    return {(r.deployment, r.scope, r.field): r for r in compare(predictions, report)}
+    return predicted_rows(run, profile, count_open_streams=False)
 
 
 @functools.cache

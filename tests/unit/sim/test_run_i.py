@@ -9,19 +9,17 @@ from __future__ import annotations
 import functools
 
 from pdserve.sim.carry import carry_load
-from pdserve.sim.fit import fit_host_contention
-from pdserve.sim.predict import compare, predict
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     BOUNDED,
     FIXTURES,
     LAYOUTS,
-    RUNS,
     Rows,
     _outside,
     _profile,
     _ratio,
-    _report,
+    fit_on_1p1d,
+    predicted_rows,
 )
 from tests.unit.sim.test_new_machine import _profile_f
 
@@ -55,20 +53,12 @@ def _prof(how: str) -> SimProfile:
         return carry_load(_profile_f(), idle)
     if how == "from_b":
         return carry_load(_profile("mixed-3way-600.json"), idle)
-    report, workload = _report(RUN_I)
-    return fit_host_contention(
-        idle, LAYOUTS["1p1d"], workload, report.policies["1p1d"], host_cores=2
-    )
+    return fit_on_1p1d(RUN_I, idle)
 
 
 @functools.cache
 def _rows(how: str, count_open_streams: bool = True) -> Rows:
-    report, workload = _report(RUN_I)
-    predictions = [
-        predict(n, lay, _prof(how), workload, runs=RUNS, count_open_streams=count_open_streams)
-        for n, lay in LAYOUTS.items()
-    ]
-    return {(r.deployment, r.scope, r.field): r for r in compare(predictions, report)}
+    return predicted_rows(RUN_I, _prof(how), count_open_streams=count_open_streams)
 
 
 def test_run_i_predicted_by_carrying_either_machine_s_fit_and_by_its_own_fit() -> None:

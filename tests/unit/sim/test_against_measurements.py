@@ -123,19 +123,23 @@ def _outside(rows: Rows) -> set[tuple[str, str, str]]:
     }
 
 
+def assert_outside(rows: Rows, expected: set[tuple[str, str, str]], what: str = "") -> None:
+    """The bounded cells outside the bound are exactly `expected` (the message names the
+    cells that moved across it, with their ratios)."""
+    outside = _outside(rows)
+    detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ expected}
+    assert outside == expected, f"{what}cells that moved across the bound: {detail}"
+
+
 @pytest.mark.parametrize("run", sorted(OUTSIDE))
 def test_the_bounded_cells_outside_the_bound_are_the_known_ones(run: str) -> None:
     rows = _rows(run)
-    outside = _outside(rows)
-    detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ OUTSIDE[run]}
-    assert outside == OUTSIDE[run], f"cells that moved across the bound: {detail}"
+    assert_outside(rows, OUTSIDE[run])
 
 
 def test_another_workload_predicted_with_a_profile_fitted_on_a_different_run() -> None:
     rows = _rows(OTHER_WORKLOAD, fitted_on="mixed-3way-600.json")
-    outside = _outside(rows)
-    detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ OUTSIDE_OTHER_WORKLOAD}
-    assert outside == OUTSIDE_OTHER_WORKLOAD, f"cells that moved across the bound: {detail}"
+    assert_outside(rows, OUTSIDE_OTHER_WORKLOAD)
     for dep in CONFIGS:  # the stream's median holds on a workload the fit never saw
         assert within(rows[dep, "all", "itl_p50_s"]) is True
 

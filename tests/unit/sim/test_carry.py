@@ -20,7 +20,7 @@ from tests.unit.sim.test_against_measurements import (
     Rows,
     _outside,
     _profile,
-    _ratio,
+    assert_outside,
     predicted_rows,
 )
 from tests.unit.sim.test_new_machine import RUN_F, _profile_f
@@ -58,8 +58,7 @@ def _held(run: str, how: str) -> tuple[int, frozenset[tuple[str, str, str]]]:
     outside = _outside(rows)
     if how == "carried":
         expected = OUTSIDE_B_TO_F if run == RUN_F else OUTSIDE_F_TO_B
-        detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ expected}
-        assert outside == expected, f"cells that moved across the bound: {detail}"
+        assert_outside(rows, expected)
     return 18 - len(outside), frozenset(outside)
 
 

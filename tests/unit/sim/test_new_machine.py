@@ -17,9 +17,9 @@ from tests.unit.sim.test_against_measurements import (
     LAYOUTS,
     RUNS,
     Rows,
-    _outside,
     _ratio,
     _report,
+    assert_outside,
 )
 
 RUN_F = "mixed-3way-600-run-f.json"
@@ -65,17 +65,13 @@ def _rows(run: str, steady: bool = False) -> Rows:
 
 def test_run_f_fitted_on_its_own_1p1d() -> None:
     rows = _rows(RUN_F)
-    outside = _outside(rows)
-    detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ OUTSIDE_F}
-    assert outside == OUTSIDE_F, f"cells that moved across the bound: {detail}"
+    assert_outside(rows, OUTSIDE_F)
     assert _profile_f().host_stall_rate_per_s == 0  # the streams' tails needed no stalls
 
 
 def test_run_g_predicted_with_run_f_s_fit() -> None:
     rows = _rows(RUN_G)
-    outside = _outside(rows)
-    detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ OUTSIDE_G}
-    assert outside == OUTSIDE_G, f"cells that moved across the bound: {detail}"
+    assert_outside(rows, OUTSIDE_G)
     for dep in LAYOUTS:  # the ITL tail held on the workload the fit never saw
         assert 0.7 <= _ratio(rows, dep, "all", "itl_p99_s") <= 1.3, dep
 

@@ -18,6 +18,7 @@ from tests.unit.sim.test_against_measurements import (
     _outside,
     _profile,
     _ratio,
+    assert_outside,
     fit_on_1p1d,
     predicted_rows,
 )
@@ -64,9 +65,7 @@ def _rows(how: str, count_open_streams: bool = True) -> Rows:
 def test_run_i_predicted_by_carrying_either_machine_s_fit_and_by_its_own_fit() -> None:
     for how, expected in OUTSIDE.items():
         rows = _rows(how)
-        outside = _outside(rows)
-        detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ expected}
-        assert outside == expected, f"{how}: cells that moved across the bound: {detail}"
+        assert_outside(rows, expected, f"{how}: ")
 
 
 def test_the_idle_profile_alone_holds_only_the_itl_tails() -> None:

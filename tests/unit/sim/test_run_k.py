@@ -15,9 +15,9 @@ from tests.unit.sim.test_against_measurements import (
     FIXTURES,
     LAYOUTS,
     Rows,
-    _outside,
     _profile,
     _ratio,
+    assert_outside,
     fit_on_1p1d,
     predicted_rows,
 )
@@ -67,9 +67,7 @@ def _rows(how: str) -> Rows:
 def test_run_k_predicted_by_its_own_fit_and_by_run_b_s_carried_fit() -> None:
     for how, expected in OUTSIDE.items():
         rows = _rows(how)
-        outside = _outside(rows)
-        detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ expected}
-        assert outside == expected, f"{how}: cells that moved across the bound: {detail}"
+        assert_outside(rows, expected, f"{how}: ")
 
 
 def test_run_k_s_misses_are_all_too_low() -> None:
@@ -90,7 +88,5 @@ def test_run_k_s_own_fit_holds_every_itl_cell_within_a_tenth() -> None:
 
 def test_run_l_predicted_beforehand_with_run_k_s_fit() -> None:
     rows = predicted_rows(RUN_L, _prof("own"), count_open_streams=True)
-    outside = _outside(rows)
-    detail = {k: round(_ratio(rows, *k), 2) for k in outside ^ OUTSIDE_L}
-    assert outside == OUTSIDE_L, f"cells that moved across the bound: {detail}"
+    assert_outside(rows, OUTSIDE_L)
     assert all(_ratio(rows, *key) < 1 for key in OUTSIDE_L)

@@ -234,25 +234,21 @@ def _show(
         )
     )
     console.print(render.coefficients_table(old, new))
-    for line in (
-        render.error_line(
-            "prefill",
+    errors = {  # label: (the config's model, the fitted one), mean |relative error|
+        "prefill": (
             report.mean_abs_error_prefill(m.prefill, old),
             report.mean_abs_error_prefill(m.prefill, new),
         ),
-        render.error_line(
-            "decode",
+        "decode": (
             report.mean_abs_error_decode(decode, old),
             report.mean_abs_error_decode(decode, new),
         ),
-    ):
-        if line:
+    }
+    for label, (old_error, new_error) in errors.items():
+        if line := render.error_line(label, old_error, new_error):
             console.print(line)
-    for label, fitted_error in (
-        ("prefill", report.mean_abs_error_prefill(m.prefill, new)),
-        ("decode", report.mean_abs_error_decode(decode, new)),
-    ):
-        if warning := report.noisy_fit_warning(label, fitted_error):
+    for label, (_, new_error) in errors.items():
+        if warning := report.noisy_fit_warning(label, new_error):
             console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     for note in notes:
         console.print(f"[yellow]fit note:[/yellow] {escape(note)}")

@@ -165,15 +165,24 @@ class Runner:
         return RequestSpec(-1, "probe", max_tokens, num_tokens, prompt=prompt)
 
     async def _warmup(self, factory: PromptFactory, model: str, policy: str | None) -> None:
-        max_tokens = min(self._cfg.output_tokens, WARMUP_MAX_TOKENS)
-        failed = []
-        for i in range(self._cfg.warmup):
-            spec = self._probe(factory, f"warmup:{i}", self._cfg.short_tokens, max_tokens)
-            r = await self._client.send(spec, model, policy, 0.0)
-            if not r.ok:
-                failed.append(r.error or "")
+        """`warmup` unique requests of each warm-up prompt length (BenchConfig.
+        warmup_prompt_tokens), one length after the other, each length's sent at once so they
+        spread over the engines (a deployment with two prefill engines warms both)."""
+        cfg = self._cfg
+        max_tokens = min(cfg.output_tokens, WARMUP_MAX_TOKENS)
+        failed: list[str] = []
+        for num_tokens in cfg.warmup_prompt_tokens if cfg.warmup else ():
+            specs = [
+                self._probe(factory, f"warmup:{num_tokens}:{i}", num_tokens, max_tokens)
+                for i in range(cfg.warmup)
+            ]
+            results = await asyncio.gather(
+                *(self._client.send(spec, model, policy, 0.0) for spec in specs)
+            )
+            failed += [r.error or "" for r in results if not r.ok]
         if failed:
-            self._log(f"[yellow]warm-up: {len(failed)} of {self._cfg.warmup} failed: {failed[0]}")
+            total = cfg.num_warmup_requests
+            self._log(f"[yellow]warm-up: {len(failed)} of {total} failed: {failed[0]}")
 
     def _plan(self, factory: PromptFactory, records: list[TraceRecord]) -> WorkloadPlan:
         cfg = self._cfg

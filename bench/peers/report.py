@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pdserve.bench.config import warmup_lengths
 from pdserve.bench.peers.cpu import CpuTotals, ms_per_request
 from pdserve.bench.stats import mean, ratio, sig3
 
@@ -71,7 +72,14 @@ def phase_from_bench(
 ) -> PhaseResult:
     """Combine one `pdserve bench --json` report with the CPU sampled during it."""
     policy = next(iter(bench["policies"].values()))
-    warmup = int(bench["config"].get("warmup", 0))
+    config = bench["config"]
+    lengths = warmup_lengths(
+        str(config.get("workload", "mixed")),
+        int(config.get("short_tokens", 50)),
+        int(config.get("long_tokens", 1500)),
+        float(config.get("long_fraction", 0.5)),
+    )
+    warmup = int(config.get("warmup", 0)) * len(lengths)
     probes = CALIBRATION_PROBES if bench.get("calibration") is not None else 0
     sent = int(policy["num_requests"]) + warmup + probes
     return PhaseResult(

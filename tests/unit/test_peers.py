@@ -200,7 +200,8 @@ def bench_json(rps: float, ttft: float, n: int = 200, errors: int = 0) -> dict[s
     names = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
     policy: dict[str, Any] = {k: (i + 1) * ttft for i, k in enumerate(names)}
     policy |= {"num_requests": n, "num_errors": errors, "wall_s": n / rps, "requests_per_s": rps}
-    return {"policies": {"default": policy}, "config": {"warmup": 2}, "calibration": {"x": 1}}
+    config = {"warmup": 2, "workload": "mixed", "long_fraction": 0.5}
+    return {"policies": {"default": policy}, "config": config, "calibration": {"x": 1}}
 
 
 def phase(setup: str, rps: float, ttft: float, serving_s: float, r: int = 0) -> PhaseResult:
@@ -213,18 +214,18 @@ def phase(setup: str, rps: float, ttft: float, serving_s: float, r: int = 0) -> 
 
 
 def test_phase_counts_warmup_and_calibration_requests() -> None:
-    p = phase("pdserve", 8.0, 0.1, serving_s=20.4)
-    assert p.num_sent_in_window == 200 + 2 + 2
+    p = phase("pdserve", 8.0, 0.1, serving_s=20.6)
+    assert p.num_sent_in_window == 200 + 2 * 2 + 2  # warm-up: 2 short and 2 long prompts
     assert p.serving_cpu_ms_per_request == pytest.approx(100.0)
     assert p.engine_cpu_s == pytest.approx(0.5)
 
 
 def test_pooling_and_ratios() -> None:
     phases = [
-        phase("ray_serve_llm", 8.0, 0.4, 20.4, 0),
-        phase("ray_serve_llm", 6.0, 0.2, 20.4, 1),
+        phase("ray_serve_llm", 8.0, 0.4, 20.6, 0),
+        phase("ray_serve_llm", 6.0, 0.2, 20.6, 1),
         failed_phase("ray_serve_llm", 2, "engine died"),
-        phase("pdserve", 10.0, 0.1, 10.2, 0),
+        phase("pdserve", 10.0, 0.1, 10.3, 0),
     ]
     ray = summarize_setup("ray_serve_llm", phases[:3])
     assert ray.num_phases == 3 and ray.num_failed_phases == 1
@@ -241,8 +242,8 @@ def test_pooling_and_ratios() -> None:
 
 
 def test_table_has_a_row_per_setup_and_per_ratio() -> None:
-    ray = summarize_setup("ray_serve_llm", [phase("ray_serve_llm", 8.0, 0.4, 20.4)])
-    pds = summarize_setup("pdserve", [phase("pdserve", 10.0, 0.1, 10.2)])
+    ray = summarize_setup("ray_serve_llm", [phase("ray_serve_llm", 8.0, 0.4, 20.6)])
+    pds = summarize_setup("pdserve", [phase("pdserve", 10.0, 0.1, 10.3)])
     summaries = {"ray_serve_llm": ray, "pdserve": pds}
     lines = table_lines(summaries, ratios(summaries))
     assert len(lines) == 4

@@ -126,9 +126,28 @@ class EngineConfig(StrictModel):
             "under bursts; bench/RESULTS.md). None = 0.02 s on CPU, vLLM's 1 s on GPU."
         ),
     )
+    warmup_prompt_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Before the replica reports ready, its engine prefills one prompt of this many "
+            "tokens (max_tokens 1), so no client request pays for the engine's first step of "
+            "a new largest size: on CPU the first prompt longer than any before it prefilled "
+            "5-10x slower than the next one (1,500 tokens: 191 against 20 ms; bench/RESULTS.md), "
+            "and shorter ones after it were not slow. None = the longest prompt the model "
+            "takes (model.max_model_len_tokens - 1) on CPU, 0 (none) on GPU, where vLLM's "
+            "start-up profile run and graph capture do this; at most max_model_len_tokens - 1."
+        ),
+    )
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine args, passed through verbatim."
     )
+
+    def warmup_tokens(self, platform: str, max_model_len_tokens: int) -> int:
+        """The warm-up prompt's length for `platform` (0: no warm-up)."""
+        if self.warmup_prompt_tokens is not None:
+            return self.warmup_prompt_tokens
+        return max_model_len_tokens - 1 if platform == "cpu" else 0
 
     def busy_poll_s(self, platform: str) -> float | None:
         """The queue's busy-poll window for `platform` (None: leave vLLM's own)."""
@@ -337,6 +356,13 @@ class PdserveConfig(StrictModel):
                     "tensor_parallel_size 1"
                 )
             eng = pool.engine
+            longest = self.model.max_model_len_tokens - 1
+            if eng.warmup_prompt_tokens is not None and eng.warmup_prompt_tokens > longest:
+                raise ValueError(
+                    f"{role}.engine.warmup_prompt_tokens ({eng.warmup_prompt_tokens}) must be "
+                    f"at most model.max_model_len_tokens - 1 ({longest}): the warm-up prompt "
+                    "and its one output token must fit the context window"
+                )
             if not eng.enable_chunked_prefill and (
                 eng.max_num_batched_tokens < self.model.max_model_len_tokens
             ):

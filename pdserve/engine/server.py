@@ -111,6 +111,17 @@ def _node_ip() -> str:
         return "127.0.0.1"
 
 
+WARMUP_TOKEN_IDS = (10, 1000)
+"""The warm-up prompt's token ids cycle through [10, 1000): ordinary vocabulary entries of any
+model, no special tokens."""
+
+
+def warmup_token_ids(num_tokens: int) -> list[int]:
+    """The warm-up prompt: `num_tokens` ids cycling through WARMUP_TOKEN_IDS."""
+    low, high = WARMUP_TOKEN_IDS
+    return [low + i % (high - low) for i in range(num_tokens)]
+
+
 def engine_times(output: Any) -> EngineTimes | None:
     """One request's timestamps from a vLLM RequestOutput (None before its first token)."""
     m = getattr(output, "metrics", None)
@@ -183,6 +194,32 @@ class EngineServer:
             log.info("%s engine: %d threads pinned to cores %s", self.role, moved, self._cores)
         self._liveness.answered()
         self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+        await self._warm_up()
+
+    async def _warm_up(self) -> None:
+        """Prefill one prompt of the configured warm-up length (`EngineConfig.
+        warmup_prompt_tokens`; none when 0) and wait for its one token, so the engine has
+        run its largest step before any client request reaches it."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        num_tokens = self._config.pool(self.role).engine.warmup_tokens(
+            self._config.platform, self._config.model.max_model_len_tokens
+        )
+        if num_tokens <= 0:
+            return
+        started_s = time.monotonic()
+        prompt = TokensPrompt(prompt_token_ids=warmup_token_ids(num_tokens))
+        params = SamplingParams(max_tokens=1, temperature=0.0)
+        request_id = f"pdserve-warmup-{self.role}-{self.replica_id}"
+        async for _ in self.engine.generate(prompt, params, request_id):
+            pass
+        log.info(
+            "%s engine warmed up: a %d-token prefill took %.2f s",
+            self.role,
+            num_tokens,
+            time.monotonic() - started_s,
+        )
 
     async def _watch(self) -> None:
         """Ping the engine process every PING_PERIOD_S and record each answer. A frozen

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from pdserve.config import ConfigError, PdserveConfig, load_config, parse_config
+from pdserve.engine.server import warmup_token_ids
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -50,6 +51,11 @@ def test_local_config_keeps_engines_on_separate_cores() -> None:
             },
             "must be >= model.max_model_len_tokens",
         ),
+        (
+            {"decode": {"engine": {"warmup_prompt_tokens": 4096}}},
+            "decode.engine.warmup_prompt_tokens (4096) must be at most "
+            "model.max_model_len_tokens - 1 (4095)",
+        ),
         ({"router": {"port": 70000}}, "router.port"),
         # The policy is named in one place, router.policy; routing holds its settings only.
         (
@@ -63,6 +69,25 @@ def test_bad_config_names_the_problem(data: dict[str, object], fragment: str) ->
         parse_config(data, origin="test.yaml")
     assert fragment in str(err.value)
     assert str(err.value).startswith("test.yaml:")
+
+
+def test_engine_warmup_follows_platform() -> None:
+    """None: the longest prompt the model takes on CPU, none on GPU; a set value as set."""
+    cpu = PdserveConfig()
+    assert cpu.decode.engine.warmup_tokens(cpu.platform, 4096) == 4095
+    gpu = PdserveConfig.model_validate(
+        {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}
+    )
+    assert gpu.prefill.engine.warmup_tokens(gpu.platform, 4096) == 0
+    off = PdserveConfig.model_validate({"prefill": {"engine": {"warmup_prompt_tokens": 0}}})
+    assert off.prefill.engine.warmup_tokens("cpu", 4096) == 0
+    assert off.decode.engine.warmup_tokens("cpu", 4096) == 4095
+
+
+def test_warmup_prompt_is_ordinary_token_ids() -> None:
+    ids = warmup_token_ids(2500)
+    assert len(ids) == 2500 and min(ids) == 10 and max(ids) == 999
+    assert len(set(ids)) == 990  # it cycles: no special or out-of-vocabulary ids
 
 
 def test_buffer_device_auto_follows_platform() -> None:

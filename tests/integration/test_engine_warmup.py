@@ -1,0 +1,34 @@
+"""Every engine prefills one prompt of the longest length the model takes before its replica
+reports ready (engine.warmup_prompt_tokens, on by default on CPU): the prompt is in the
+engines' prefix caches before any client sent anything."""
+
+from __future__ import annotations
+
+from pdserve.engine.server import warmup_token_ids
+from tests.integration.conftest import Cluster
+
+PROBE_TOKENS = 1024
+BLOCK_TOKENS = 128  # the CPU engines' KV block
+
+
+def _cached_tokens(cluster: Cluster, prompt: list[int]) -> int:
+    with cluster.http() as http:
+        resp = http.post(
+            "/v1/completions",
+            json={"model": "pdserve-demo", "prompt": prompt, "max_tokens": 1, "temperature": 0},
+        )
+    assert resp.status_code == 200, resp.text
+    usage = resp.json()["usage"]
+    assert usage["prompt_tokens"] == len(prompt)
+    return int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+
+
+def test_the_warmup_prompt_is_already_cached(cluster: Cluster) -> None:
+    longest = cluster.config.model.max_model_len_tokens - 1
+    assert cluster.config.decode.engine.warmup_tokens(cluster.config.platform, 4096) == longest
+    # The warm-up prompt's first 1,024 tokens: the engine that prefills them has them cached.
+    cached = _cached_tokens(cluster, warmup_token_ids(longest)[:PROBE_TOKENS])
+    assert cached >= PROBE_TOKENS - BLOCK_TOKENS, f"warm-up prompt not cached: {cached}"
+    # The same ids in another order were never sent: nothing cached.
+    other = warmup_token_ids(longest)[PROBE_TOKENS // 2 : PROBE_TOKENS // 2 + PROBE_TOKENS]
+    assert _cached_tokens(cluster, other[::-1]) == 0

@@ -172,10 +172,12 @@ def warmup_lengths(
     workload: str, short_tokens: int, long_tokens: int, long_fraction: float
 ) -> tuple[int, ...]:
     """The prompt lengths a phase's warm-up sends: short prompts, and for the mixed workload
-    with long requests its long prompts too. A CPU engine's first prompts of a new length
-    prefill several times slower than later ones (measured: the first burst of 1,500-token
-    prompts after a deployment starts took 220-350 ms in prefill against a median of 44 ms),
-    so a warm-up of short prompts alone left that in every phase's long-request tail."""
+    with long requests its long prompts too. A CPU engine's first prompt longer than any
+    before it prefills several times slower than later ones (measured: the first burst of
+    1,500-token prompts after a deployment started took 220-350 ms in prefill against a median
+    of 44 ms); pdserve's engines now warm up themselves, but a server that does not (another
+    stack, or `engine.warmup_prompt_tokens: 0`) would otherwise put that in every phase's
+    long-request tail."""
     if workload == "mixed" and long_fraction > 0 and long_tokens != short_tokens:
         return (short_tokens, long_tokens)
     return (short_tokens,)

@@ -171,7 +171,7 @@ class Runner:
         cfg = self._cfg
         max_tokens = min(cfg.output_tokens, WARMUP_MAX_TOKENS)
         failed: list[str] = []
-        for num_tokens in cfg.warmup_prompt_tokens if cfg.warmup else ():
+        for num_tokens in cfg.warmup_prompt_tokens:
             specs = [
                 self._probe(factory, f"warmup:{num_tokens}:{i}", num_tokens, max_tokens)
                 for i in range(cfg.warmup)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pdserve.bench.config import warmup_lengths
+from pdserve.bench.config import BenchConfig, warmup_lengths
 from pdserve.bench.peers.cpu import CpuTotals, ms_per_request
 from pdserve.bench.stats import mean, ratio, sig3
 
@@ -73,11 +73,12 @@ def phase_from_bench(
     """Combine one `pdserve bench --json` report with the CPU sampled during it."""
     policy = next(iter(bench["policies"].values()))
     config = bench["config"]
+    defaults = BenchConfig.model_fields
     lengths = warmup_lengths(
-        str(config.get("workload", "mixed")),
-        int(config.get("short_tokens", 50)),
-        int(config.get("long_tokens", 1500)),
-        float(config.get("long_fraction", 0.5)),
+        *(
+            config.get(name, defaults[name].default)
+            for name in ("workload", "short_tokens", "long_tokens", "long_fraction")
+        )
     )
     warmup = int(config.get("warmup", 0)) * len(lengths)
     probes = CALIBRATION_PROBES if bench.get("calibration") is not None else 0

@@ -33,6 +33,7 @@ from pdserve.kv_transfer.connector_config import (
 from pdserve.kv_transfer.ports import pick_free_port
 from pdserve.messages import EngineTimes
 from pdserve.node import advertised_address
+from pdserve.profiling.plan import TOKEN_ID_RANGE
 from pdserve.router.policy.types import PoolName
 
 log = logging.getLogger("pdserve.engine")
@@ -111,14 +112,10 @@ def _node_ip() -> str:
         return "127.0.0.1"
 
 
-WARMUP_TOKEN_IDS = (10, 1000)
-"""The warm-up prompt's token ids cycle through [10, 1000): ordinary vocabulary entries of any
-model, no special tokens."""
-
-
 def warmup_token_ids(num_tokens: int) -> list[int]:
-    """The warm-up prompt: `num_tokens` ids cycling through WARMUP_TOKEN_IDS."""
-    low, high = WARMUP_TOKEN_IDS
+    """The warm-up prompt: `num_tokens` ids cycling through the profiler's TOKEN_ID_RANGE
+    (ordinary vocabulary entries of any model, no special tokens)."""
+    low, high = TOKEN_ID_RANGE
     return [low + i % (high - low) for i in range(num_tokens)]
 
 
@@ -199,7 +196,7 @@ class EngineServer:
     async def _warm_up(self) -> None:
         """Prefill one prompt of the configured warm-up length (`EngineConfig.
         warmup_prompt_tokens`; none when 0) and wait for its one token, so the engine has
-        run its largest step before any client request reaches it."""
+        prefilled its longest prompt before any client request reaches it."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 

@@ -24,8 +24,9 @@ def _cached_tokens(cluster: Cluster, prompt: list[int]) -> int:
 
 
 def test_the_warmup_prompt_is_already_cached(cluster: Cluster) -> None:
-    longest = cluster.config.model.max_model_len_tokens - 1
-    assert cluster.config.decode.engine.warmup_tokens(cluster.config.platform, 4096) == longest
+    cfg = cluster.config
+    longest = cfg.model.max_model_len_tokens - 1
+    assert cfg.decode.engine.warmup_tokens(cfg.platform, cfg.model.max_model_len_tokens) == longest
     # The warm-up prompt's first 1,024 tokens: the engine that prefills them has them cached.
     cached = _cached_tokens(cluster, warmup_token_ids(longest)[:PROBE_TOKENS])
     assert cached >= PROBE_TOKENS - BLOCK_TOKENS, f"warm-up prompt not cached: {cached}"

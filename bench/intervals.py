@@ -25,7 +25,8 @@ RESAMPLES = 1000
 BATCH_VALUES = 4_000_000
 """Values resampled at once (32 MB of floats), whatever the run's size."""
 
-_FIELD = re.compile(r"^(ttft|itl|tpot|e2e)_p(\d+)_s$")
+PERCENTILE_FIELD = re.compile(r"^(ttft|itl|tpot|e2e)_p(\d+)_s$")
+"""A report field that is a percentile: (metric, q)."""
 
 
 def percentile_interval(
@@ -119,7 +120,7 @@ def measured_interval(
     "ttft_p99_s", "itl_p50_s") over its successful requests of `request_class` (None: all),
     from the requests the report kept; None when it kept none or the field is not a TTFT,
     ITL, TPOT or E2E percentile."""
-    match = _FIELD.match(field)
+    match = PERCENTILE_FIELD.match(field)
     if match is None or not report.requests:
         return None
     metric, q = match.group(1), float(match.group(2))
@@ -128,10 +129,10 @@ def measured_interval(
         for r in report.requests
         if r.error is None and (request_class is None or r.request_class == request_class)
     ]
-    return percentile_interval([_values(r, metric) for r in chosen], q)
+    return percentile_interval([request_values(r, metric) for r in chosen], q)
 
 
-def _values(r: RequestRecord, metric: str) -> list[float]:
+def request_values(r: RequestRecord, metric: str) -> list[float]:
     """A request's values of `metric` as the report's percentiles pool them (build_metrics)."""
     if metric == "itl":
         return r.chunk_gaps_s

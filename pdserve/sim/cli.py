@@ -19,11 +19,12 @@ from rich.table import Table
 from pdserve.bench.cli import _opt
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport, StageStats
+from pdserve.bench.rounds import one_value_holds_all, spread
 from pdserve.bench.stats import sig3
 from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
 from pdserve.sim.carry import carry_load, serving_speed_ratio
-from pdserve.sim.fit import fit_host_contention
+from pdserve.sim.fit import fit_host_contention, idle_steps_slower_than_run
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import (
     ComparedRow,
@@ -54,16 +55,33 @@ P50_TOLERANCE = 0.15
 P99_TOLERANCE = 0.30
 
 
+def bound_of(row: ComparedRow) -> float | None:
+    """The row's relative bound (p50 15 %, p99 30 %); None for rows the bound does not cover
+    (other metrics; TTFT over all requests when the report has request classes: see
+    ComparedRow.bounded)."""
+    if not row.bounded or row.field not in ("ttft_p50_s", "itl_p50_s", "ttft_p99_s", "itl_p99_s"):
+        return None
+    return P50_TOLERANCE if row.field.endswith("p50_s") else P99_TOLERANCE
+
+
 def within(row: ComparedRow) -> bool | None:
     """Whether a TTFT/ITL prediction is inside its bound (p50 +-15 %, p99 +-30 %); None for
-    rows the bound does not cover (other metrics; TTFT over all requests when the report has
-    request classes: see ComparedRow.bounded)."""
-    if row.ratio is None or not row.bounded or row.field not in (
-        "ttft_p50_s", "itl_p50_s", "ttft_p99_s", "itl_p99_s"
-    ):  # fmt: skip
+    rows the bound does not cover (`bound_of`) or without both numbers."""
+    bound = bound_of(row)
+    if row.ratio is None or bound is None:
         return None
-    bound = P50_TOLERANCE if row.field.endswith("p50_s") else P99_TOLERANCE
     return abs(row.ratio - 1) <= bound
+
+
+def rounds_hold(row: ComparedRow) -> bool | None:
+    """Whether one number can be within the row's bound of every round of the run (see
+    pdserve.bench.rounds): False means the run's own rounds are further apart than the bound
+    allows, so no prediction can meet it on both. None for unbounded rows or fewer than two
+    rounds."""
+    bound = bound_of(row)
+    if bound is None or row.rounds is None:
+        return None
+    return one_value_holds_all(row.rounds, bound)
 
 
 def simulate(
@@ -175,6 +193,8 @@ def simulate(
         console.print(_stages_table(stage_rows))
     if rows:
         console.print(_compared_table(rows))
+        for line in rounds_summary(rows):
+            console.print(line)
     if json_path is not None:
         doc = _json(prof, cfg, predictions, rows, stage_rows)
         json_path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -207,6 +227,15 @@ def _fit_host(
         f"fitting the serving layer on {name} (a few hundred simulations of the "
         "measured workload; tens of seconds)..."
     )
+    slower = idle_steps_slower_than_run(prof, layouts[name], cfg, measured)
+    if slower is not None:
+        console.print(
+            f"[yellow]warning:[/yellow] the run decoded faster than this profile's idle engines "
+            f"(TPOT p50 {slower[1] * 1e3:.2f} ms measured on {name}, "
+            f"{slower[0] * 1e3:.2f} ms simulated with the idle steps alone): the profile was "
+            "taken while the host was slower than during the run, and the fit cannot make up "
+            "for it; take a new one (`pdserve profile --sim-profile`) and fit again"
+        )
     try:
         fitted = fit_host_contention(prof, layouts[name], cfg, measured, host_cores=host_cores)
     except ValueError as exc:
@@ -351,6 +380,7 @@ def _stages_table(rows: list[StageRow]) -> Table:
 
 def _compared_table(rows: list[ComparedRow]) -> Table:
     intervals = any(r.interval is not None for r in rows)
+    rounds = any(r.rounds is not None for r in rows)
     caption = (
         "bound: TTFT and ITL p50 within 15 %, p99 within 30 % (TTFT per request class when the "
         "run has classes)"
@@ -361,16 +391,25 @@ def _compared_table(rows: list[ComparedRow]) -> Table:
             "(sampling noise only, not the machine's drift between runs); 'OUT, in noise': "
             "outside the bound, inside that interval"
         )
+    if rounds:
+        caption += (
+            "; per round: the measured value of each of the run's rounds; 'rounds apart': "
+            "they are further apart than the bound allows, so no single prediction can be "
+            "within it of both"
+        )
     table = Table(title="predicted vs measured (ratio = predicted / measured)", caption=caption)
     columns = ["deployment", "requests", "metric", "predicted", "measured"]
     columns += ["measured 95 %"] if intervals else []
+    columns += ["per round"] if rounds else []
     for col in (*columns, "ratio", ""):
-        numeric = col in ("predicted", "measured", "measured 95 %", "ratio")
+        numeric = col in ("predicted", "measured", "measured 95 %", "per round", "ratio")
         table.add_column(col, justify="right" if numeric else "left")
     for r in rows:
         cells = [r.deployment, r.scope, r.label, sig3(r.predicted), sig3(r.measured)]
         if intervals:
             cells.append("" if r.interval is None else "-".join(sig3(v) for v in r.interval))
+        if rounds:
+            cells.append("" if r.rounds is None else " / ".join(sig3(v) for v in r.rounds))
         table.add_row(*cells, sig3(r.ratio), _mark(r))
     return table
 
@@ -379,9 +418,36 @@ def _mark(row: ComparedRow) -> str:
     ok = within(row)
     if ok is None:
         return ""
-    if ok:
-        return "ok"
-    return "[red]OUT[/red], in noise" if row.in_interval else "[red]OUT[/red]"
+    notes = ["ok" if ok else "[red]OUT[/red]"]
+    if not ok and row.in_interval:
+        notes.append("in noise")
+    if rounds_hold(row) is False:
+        notes.append("rounds apart")
+    return ", ".join(notes)
+
+
+def rounds_summary(rows: list[ComparedRow]) -> list[str]:
+    """Lines on how far the run's rounds moved: each deployment's TPOT p50 per round (the
+    host's decode speed as the client saw it) and the bounded cells whose rounds are further
+    apart than their bound. Empty when the report has fewer than two rounds."""
+    lines = []
+    speeds = [r for r in rows if r.field == "tpot_p50_s" and r.scope == "all" and r.rounds]
+    if speeds:
+        parts = [
+            f"{r.deployment} {' / '.join(f'{v * 1e3:.2f}' for v in r.rounds or ())} ms"
+            f" (x{sig3(spread(r.rounds or ()))})"
+            for r in speeds
+        ]
+        lines.append("TPOT p50 by round: " + ", ".join(parts))
+    apart = [r for r in rows if rounds_hold(r) is False]
+    held = [r for r in rows if rounds_hold(r) is not None]
+    if held:
+        names = ", ".join(f"{r.deployment} {r.scope} {r.label}" for r in apart) or "none"
+        lines.append(
+            f"cells whose rounds are further apart than the bound: {len(apart)} of {len(held)}"
+            f" ({names})"
+        )
+    return lines
 
 
 def _json(
@@ -414,6 +480,8 @@ def _json(
                 "within_bound": within(r),
                 "measured_interval": None if r.interval is None else list(r.interval),
                 "within_measured_interval": r.in_interval,
+                "measured_rounds": None if r.rounds is None else list(r.rounds),
+                "rounds_within_one_bound": rounds_hold(r),
             }
             for r in rows
         ],

@@ -210,6 +210,35 @@ TPOT_TARGETS = ("tpot_p50_s", "tpot_p90_s")
 """The measured TPOT percentiles `_engine_steps` matches."""
 
 
+SLOW_PROFILE_TOLERANCE = 0.15
+"""How much slower than the run the idle profile's decode may be (`idle_steps_slower_than_run`)
+before `pdserve simulate --fit-host-on` warns."""
+
+
+def idle_steps_slower_than_run(
+    profile: SimProfile, layout: SimLayout, workload: BenchConfig, measured: PolicyReport
+) -> tuple[float, float] | None:
+    """(simulated, measured) TPOT p50 when the run decoded faster than the idle profile's
+    engine steps allow: simulated with no load terms at all (no step extra, no host speed
+    spread, no stalls), its TPOT p50 above the measured one by more than
+    SLOW_PROFILE_TOLERANCE. An engine is not faster under load than idle, so the profile was
+    taken while the host was slower than during the run (busy, or a VM still settling: run P
+    in bench/RESULTS.md), and the fit cannot take the difference back (its step extra stops
+    at 0). None otherwise, or when the run did not measure TPOT."""
+    target_s = measured.tpot_p50_s
+    if target_s is None or target_s <= 0:
+        return None
+    idle = profile.model_copy(
+        update={"engine_step_extra_s": 0.0, "step_speed_sigma": 0.0, "host_stall_rate_per_s": 0.0}
+    )
+    requests = workload_requests(workload, layout.engines[0].limits.block_size_tokens)
+    outcome = Simulation(layout, idle, concurrency=workload.concurrency).run(requests)
+    simulated_s = sim_metrics(outcome, workload)[0].tpot_p50_s
+    if simulated_s is None or simulated_s <= target_s * (1 + SLOW_PROFILE_TOLERANCE):
+        return None
+    return simulated_s, target_s
+
+
 def _engine_steps(
     profile: SimProfile,
     layout: SimLayout,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.intervals import measured_interval
 from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, Metrics, StageStats
+from pdserve.bench.rounds import round_values
 from pdserve.bench.stats import ratio
 from pdserve.bench.trace import TraceRecord
 from pdserve.router.timeline import STAGES
@@ -117,7 +118,8 @@ class ComparedRow:
     the classes' rows are the ones to hold to a bound). `interval`: the measured value's 95 %
     confidence interval from the run's requests (how precisely the run pins it, see
     pdserve.bench.intervals; None when the report kept no requests or the metric is not a
-    percentile)."""
+    percentile). `rounds`: the same percentile in each of the run's rounds, in order (None
+    with fewer than two rounds or no kept requests; pdserve.bench.rounds)."""
 
     deployment: str
     scope: str
@@ -127,6 +129,7 @@ class ComparedRow:
     measured: float | None
     bounded: bool = True
     interval: tuple[float, float] | None = None
+    rounds: tuple[float, ...] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -195,6 +198,7 @@ def compare(predictions: Sequence[Prediction], measured: BenchReport) -> list[Co
                     getattr(mm, f),
                     bounded=not (scope == "all" and m.classes and f.startswith("ttft_")),
                     interval=measured_interval(m, None if scope == "all" else scope, f),
+                    rounds=round_values(m, None if scope == "all" else scope, f),
                 )
                 for label, f in COMPARED
             ]

@@ -1,0 +1,60 @@
+"""Whether a run's rounds agree with each other: each round's percentile of one deployment
+(pure).
+
+`pdserve bench --rounds N` measures every deployment N times, alternating them, and pools the
+rounds. On a shared machine the host's speed can move between rounds by more than sampling
+explains (bench/intervals.py gives the sampling part): the same deployment's TTFT p50 or
+TPOT p50 differing by 1.5x between its two rounds has been measured on this project's CPU
+VMs. A prediction is one number; when one round of a deployment is more than the bound away
+from the other in the ratio (1 + bound) / (1 - bound), no single number lies within the
+bound of both, so a miss on that cell says as much about the machine as about the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pdserve.bench.intervals import PERCENTILE_FIELD, request_values
+from pdserve.bench.report import PolicyReport
+from pdserve.bench.stats import percentile
+
+
+def round_values(
+    report: PolicyReport, request_class: str | None, field: str
+) -> tuple[float, ...] | None:
+    """The percentile `field` (e.g. "ttft_p50_s", "itl_p99_s") of each round's successful
+    requests of `request_class` (None: all), in round order, pooled within a round as the
+    report's own percentiles are. None when the report kept no requests, has fewer than two
+    rounds with such requests, or `field` is not a TTFT, ITL, TPOT or E2E percentile."""
+    match = PERCENTILE_FIELD.match(field)
+    if match is None or not report.requests:
+        return None
+    metric, q = match.group(1), float(match.group(2))
+    by_round: dict[int, list[float]] = {}
+    for r in report.requests:
+        if r.error is None and (request_class is None or r.request_class == request_class):
+            by_round.setdefault(r.round_index, []).extend(request_values(r, metric))
+    values = [percentile(v, q) for _, v in sorted(by_round.items()) if v]
+    present = tuple(v for v in values if v is not None)
+    return present if len(present) >= 2 else None
+
+
+def one_value_holds_all(values: Sequence[float], tolerance: float) -> bool:
+    """Whether some single value lies within +-`tolerance` (relative) of every one of
+    `values`: max / min <= (1 + tolerance) / (1 - tolerance)."""
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
+    if not values:
+        return True
+    low, high = min(values), max(values)
+    if low <= 0:
+        return high <= 0
+    return high / low <= (1 + tolerance) / (1 - tolerance)
+
+
+def spread(values: Sequence[float]) -> float | None:
+    """max / min of the rounds' values (None without two positive values)."""
+    positive = [v for v in values if v > 0]
+    if len(positive) < 2:
+        return None
+    return max(positive) / min(positive)

@@ -14,27 +14,30 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from pdserve.bench.cli import _opt
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.report import BenchReport, StageStats
-from pdserve.bench.rounds import one_value_holds_all, spread
+from pdserve.bench.report import BenchReport
 from pdserve.bench.stats import sig3
 from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
+from pdserve.sim.bounds import within
 from pdserve.sim.carry import carry_load, serving_speed_ratio
 from pdserve.sim.fit import fit_host_contention, idle_steps_slower_than_run
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import (
-    ComparedRow,
-    Prediction,
-    StageRow,
     compare,
     compare_stages,
     predict,
 )
 from pdserve.sim.profile import SimProfile
+from pdserve.sim.render import (
+    compared_table,
+    predictions_table,
+    rounds_summary,
+    simulate_json,
+    stages_table,
+)
 
 _NOT_WORKLOAD = (
     "profile", "config", "measured", "check", "json_path", "fit_host_on", "host_cores",
@@ -51,37 +54,6 @@ RUNS_HELP = (
     "p99s are the model's and not one draw's. Default: enough runs for about 2,400 requests "
     "(8 for a 300-request workload, 1 from 2,400 on)."
 )
-P50_TOLERANCE = 0.15
-P99_TOLERANCE = 0.30
-
-
-def bound_of(row: ComparedRow) -> float | None:
-    """The row's relative bound (p50 15 %, p99 30 %); None for rows the bound does not cover
-    (other metrics; TTFT over all requests when the report has request classes: see
-    ComparedRow.bounded)."""
-    if not row.bounded or row.field not in ("ttft_p50_s", "itl_p50_s", "ttft_p99_s", "itl_p99_s"):
-        return None
-    return P50_TOLERANCE if row.field.endswith("p50_s") else P99_TOLERANCE
-
-
-def within(row: ComparedRow) -> bool | None:
-    """Whether a TTFT/ITL prediction is inside its bound (p50 +-15 %, p99 +-30 %); None for
-    rows the bound does not cover (`bound_of`) or without both numbers."""
-    bound = bound_of(row)
-    if row.ratio is None or bound is None:
-        return None
-    return abs(row.ratio - 1) <= bound
-
-
-def rounds_hold(row: ComparedRow) -> bool | None:
-    """Whether one number can be within the row's bound of every round of the run (see
-    pdserve.bench.rounds): False means the run's own rounds are further apart than the bound
-    allows, so no prediction can meet it on both. None for unbounded rows or fewer than two
-    rounds."""
-    bound = bound_of(row)
-    if bound is None or row.rounds is None:
-        return None
-    return one_value_holds_all(row.rounds, bound)
 
 
 def simulate(
@@ -186,17 +158,17 @@ def simulate(
         write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
         console.print(f"profile written to {write_profile}")
     predictions = [predict(n, lay, prof, cfg, records, runs=runs) for n, lay in layouts.items()]
-    console.print(_predictions_table(predictions, cfg))
+    console.print(predictions_table(predictions, cfg))
     rows = compare(predictions, report) if report is not None else []
     stage_rows = compare_stages(predictions, report) if report is not None else []
     if stage_rows:
-        console.print(_stages_table(stage_rows))
+        console.print(stages_table(stage_rows))
     if rows:
-        console.print(_compared_table(rows))
+        console.print(compared_table(rows))
         for line in rounds_summary(rows):
             console.print(line)
     if json_path is not None:
-        doc = _json(prof, cfg, predictions, rows, stage_rows)
+        doc = simulate_json(prof, cfg, predictions, rows, stage_rows)
         json_path.write_text(json.dumps(doc, indent=2) + "\n")
         console.print(f"JSON written to {json_path}")
     if check and rows:
@@ -335,164 +307,3 @@ def _trace(cfg: BenchConfig, console: Console) -> list[TraceRecord]:
     except (OSError, ValueError) as exc:
         console.print(f"[red]cannot read trace {cfg.trace}:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-
-
-def _predictions_table(predictions: list[Prediction], cfg: BenchConfig) -> Table:
-    table = Table(
-        title=f"predicted: {cfg.workload} workload, {cfg.num_requests} requests, "
-        f"rate {cfg.request_rate or 'closed loop'}, concurrency {cfg.concurrency}"
-        f" ({predictions[0].runs if predictions else 1} simulated runs pooled)",
-        caption=f"goodput: TTFT <= {cfg.slo_ttft_s} s and TPOT <= {cfg.slo_tpot_s} s",
-    )
-    table.add_column("metric")
-    for p in predictions:
-        table.add_column(f"{p.name}\n{p.layout.describe()}", justify="right")
-    for label, field in (
-        ("TTFT p50 (s)", "ttft_p50_s"), ("TTFT p99 (s)", "ttft_p99_s"),
-        ("ITL p50 (s)", "itl_p50_s"), ("ITL p99 (s)", "itl_p99_s"),
-        ("TPOT p50 (s)", "tpot_p50_s"), ("E2E p50 (s)", "e2e_p50_s"),
-        ("E2E p99 (s)", "e2e_p99_s"), ("requests/s", "requests_per_s"),
-        ("goodput", "goodput_fraction"),
-    ):  # fmt: skip
-        table.add_row(label, *(sig3(getattr(p.metrics, field)) for p in predictions))
-    return table
-
-
-def _ms(stats: StageStats | None) -> str:
-    if stats is None or stats.p50_s is None:
-        return "-"
-    p99 = "-" if stats.p99_s is None else f"{stats.p99_s * 1e3:.0f}"
-    return f"{stats.p50_s * 1e3:.0f} / {p99}"
-
-
-def _stages_table(rows: list[StageRow]) -> Table:
-    table = Table(
-        title="pdserve's timeline, predicted vs measured (p50 / p99 ms)",
-        caption="stages as the router records them (router/timeline.py); client_overhead: "
-        "the client's TTFT minus the router's",
-    )
-    for col in ("deployment", "requests", "stage", "predicted", "measured"):
-        table.add_column(col, justify="right" if col in ("predicted", "measured") else "left")
-    for r in rows:
-        table.add_row(r.deployment, r.scope, r.stage, _ms(r.predicted), _ms(r.measured))
-    return table
-
-
-def _compared_table(rows: list[ComparedRow]) -> Table:
-    intervals = any(r.interval is not None for r in rows)
-    rounds = any(r.rounds is not None for r in rows)
-    caption = (
-        "bound: TTFT and ITL p50 within 15 %, p99 within 30 % (TTFT per request class when the "
-        "run has classes)"
-    )
-    if intervals:
-        caption += (
-            "; measured 95 %: the measured value's confidence interval from the run's requests "
-            "(sampling noise only, not the machine's drift between runs); 'OUT, in noise': "
-            "outside the bound, inside that interval"
-        )
-    if rounds:
-        caption += (
-            "; per round: the measured value of each of the run's rounds; 'rounds apart': "
-            "they are further apart than the bound allows, so no single prediction can be "
-            "within it of both"
-        )
-    table = Table(title="predicted vs measured (ratio = predicted / measured)", caption=caption)
-    columns = ["deployment", "requests", "metric", "predicted", "measured"]
-    columns += ["measured 95 %"] if intervals else []
-    columns += ["per round"] if rounds else []
-    for col in (*columns, "ratio", ""):
-        numeric = col in ("predicted", "measured", "measured 95 %", "per round", "ratio")
-        table.add_column(col, justify="right" if numeric else "left")
-    for r in rows:
-        cells = [r.deployment, r.scope, r.label, sig3(r.predicted), sig3(r.measured)]
-        if intervals:
-            cells.append("" if r.interval is None else "-".join(sig3(v) for v in r.interval))
-        if rounds:
-            cells.append("" if r.rounds is None else " / ".join(sig3(v) for v in r.rounds))
-        table.add_row(*cells, sig3(r.ratio), _mark(r))
-    return table
-
-
-def _mark(row: ComparedRow) -> str:
-    ok = within(row)
-    if ok is None:
-        return ""
-    notes = ["ok" if ok else "[red]OUT[/red]"]
-    if not ok and row.in_interval:
-        notes.append("in noise")
-    if rounds_hold(row) is False:
-        notes.append("rounds apart")
-    return ", ".join(notes)
-
-
-def rounds_summary(rows: list[ComparedRow]) -> list[str]:
-    """Lines on how far the run's rounds moved: each deployment's TPOT p50 per round (the
-    host's decode speed as the client saw it) and the bounded cells whose rounds are further
-    apart than their bound. Empty when the report has fewer than two rounds."""
-    lines = []
-    speeds = [r for r in rows if r.field == "tpot_p50_s" and r.scope == "all" and r.rounds]
-    if speeds:
-        parts = [
-            f"{r.deployment} {' / '.join(f'{v * 1e3:.2f}' for v in r.rounds or ())} ms"
-            f" (x{sig3(spread(r.rounds or ()))})"
-            for r in speeds
-        ]
-        lines.append("TPOT p50 by round: " + ", ".join(parts))
-    apart = [r for r in rows if rounds_hold(r) is False]
-    held = [r for r in rows if rounds_hold(r) is not None]
-    if held:
-        names = ", ".join(f"{r.deployment} {r.scope} {r.label}" for r in apart) or "none"
-        lines.append(
-            f"cells whose rounds are further apart than the bound: {len(apart)} of {len(held)}"
-            f" ({names})"
-        )
-    return lines
-
-
-def _json(
-    prof: SimProfile,
-    cfg: BenchConfig,
-    predictions: list[Prediction],
-    rows: list[ComparedRow],
-    stage_rows: list[StageRow],
-) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "profile": prof.model_dump(mode="json"),
-        "workload": cfg.model_dump(mode="json"),
-        "predictions": {
-            p.name: {
-                "layout": p.layout.describe(),
-                "metrics": p.metrics.model_dump(mode="json"),
-                "classes": {c: m.model_dump(mode="json") for c, m in p.classes.items()},
-            }
-            for p in predictions
-        },
-        "compared": [
-            {
-                "deployment": r.deployment,
-                "requests": r.scope,
-                "field": r.field,
-                "predicted": r.predicted,
-                "measured": r.measured,
-                "ratio": r.ratio,
-                "within_bound": within(r),
-                "measured_interval": None if r.interval is None else list(r.interval),
-                "within_measured_interval": r.in_interval,
-                "measured_rounds": None if r.rounds is None else list(r.rounds),
-                "rounds_within_one_bound": rounds_hold(r),
-            }
-            for r in rows
-        ],
-        "stages": [
-            {
-                "deployment": r.deployment,
-                "requests": r.scope,
-                "stage": r.stage,
-                "predicted": None if r.predicted is None else r.predicted.model_dump(mode="json"),
-                "measured": None if r.measured is None else r.measured.model_dump(mode="json"),
-            }
-            for r in stage_rows
-        ],
-    }

@@ -12,10 +12,11 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport, Metrics, PolicyReport, RequestRecord
 from pdserve.bench.rounds import one_value_holds_all, round_values, spread
 from pdserve.config import load_config
-from pdserve.sim.cli import P50_TOLERANCE, rounds_hold, rounds_summary, within
+from pdserve.sim.bounds import P50_TOLERANCE, rounds_hold, within
 from pdserve.sim.layout import layout_from_config
 from pdserve.sim.predict import compare, predict
 from pdserve.sim.profile import SimProfile
+from pdserve.sim.render import rounds_summary
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "sim" / "fixtures"
 ROOT = pathlib.Path(__file__).resolve().parents[3]

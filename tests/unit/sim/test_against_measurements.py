@@ -23,7 +23,7 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport
 from pdserve.config import load_config
-from pdserve.sim.cli import within
+from pdserve.sim.bounds import within
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import ComparedRow, compare, predict
@@ -202,6 +202,7 @@ def test_simulate_command_fits_compares_and_checks(tmp_path: pathlib.Path) -> No
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "host contention fitted on 1p1d" in result.output
+    assert "decoded faster than this profile" not in result.output  # run A's profile is sane
     loaded = SimProfile.load(tmp_path / "loaded.json")
     assert loaded.host_contention > 0 and loaded.host_stall_rate_per_s > 0
     assert f"host stalls: {loaded.host_stall_rate_per_s:g} per second" in result.output

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from pdserve.sim.cli import within
+from pdserve.sim.bounds import within
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.predict import compare, predict
 from pdserve.sim.profile import SimProfile

@@ -9,7 +9,7 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport
 from pdserve.config import load_config
-from pdserve.sim.cli import within
+from pdserve.sim.bounds import within
 from pdserve.sim.layout import layout_from_config
 from pdserve.sim.predict import compare, default_runs, predict
 from pdserve.sim.profile import SimProfile

@@ -4,6 +4,7 @@ an hour later; the profile taken after the run had not."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
@@ -59,3 +60,38 @@ def test_a_run_without_tpot_is_not_judged() -> None:
     measured = report.policies["1p1d"].model_copy(update={"tpot_p50_s": None})
     prof = SimProfile.load(FIXTURES / "sim-profile-local-p.json")
     assert idle_steps_slower_than_run(prof, LAYOUT, cfg, measured) is None
+
+
+def test_the_simulate_command_warns_and_prints_the_rounds(tmp_path: pathlib.Path) -> None:
+    """`pdserve simulate --fit-host-on` with run P's slow profile says to profile again, still
+    fits, and prints run P's rounds: its TPOT p50 per round and the cells whose rounds are
+    further apart than the bound (aggregated's and 1P1D's short TTFT p50)."""
+    from typer.testing import CliRunner
+
+    from pdserve.cli import app
+
+    report = tmp_path / "measured.json"
+    doc = BenchReport.model_validate_json((FIXTURES / "mixed-3way-600-run-p.json").read_text())
+    doc.config["deployments"] = [f"{n}={ROOT / 'deploy' / p}" for n, p in CONFIGS.items()]
+    report.write_text(doc.model_dump_json())
+    args = ["simulate", "--profile", str(FIXTURES / "sim-profile-local-p.json")]
+    args += ["--measured", str(report), "--fit-host-on", "1p1d", "--json", str(tmp_path / "o.json")]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "warning: the run decoded faster than this profile's idle engines" in text
+    assert "(TPOT p50 5.43 ms measured on 1p1d" in text
+    assert "host contention fitted on 1p1d" in text
+    assert "TPOT p50 by round: aggregated 7.66 / 6.41 ms" in text
+    assert "(aggregated short TTFT p50, 1p1d short TTFT p50)" in text
+    rows = json.loads((tmp_path / "o.json").read_text())["compared"]
+    apart = {
+        (r["deployment"], r["requests"], r["field"])
+        for r in rows
+        if r["rounds_within_one_bound"] is False
+    }
+    assert apart == {("aggregated", "short", "ttft_p50_s"), ("1p1d", "short", "ttft_p50_s")}
+    assert all(len(r["measured_rounds"]) == 2 for r in rows if r["within_bound"] is not None)
+
+
+CONFIGS = {"aggregated": "local-aggregated.yaml", "1p1d": "local.yaml", "2p1d": "local-2p1d.yaml"}

@@ -1,8 +1,9 @@
 """`pdserve simulate` (typer): predict deployments' latency for a workload with the
 simulator, and with --measured set the prediction beside a `pdserve bench` report.
 
-Registered in pdserve/cli.py. Exit status: 0 done; 1 a prediction is outside --tolerance of
-the measurement (with --measured and --check); 2 bad options, config or file.
+Registered in pdserve/cli.py. Exit status: 0 done; 1 a prediction is outside its bound
+(pdserve.sim.bounds) of the measurement (with --measured and --check); 2 bad options, config
+or file.
 """
 
 from __future__ import annotations

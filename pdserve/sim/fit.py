@@ -219,12 +219,13 @@ def idle_steps_slower_than_run(
     profile: SimProfile, layout: SimLayout, workload: BenchConfig, measured: PolicyReport
 ) -> tuple[float, float] | None:
     """(simulated, measured) TPOT p50 when the run decoded faster than the idle profile's
-    engine steps allow: simulated with no load terms at all (no step extra, no host speed
-    spread, no stalls), its TPOT p50 above the measured one by more than
-    SLOW_PROFILE_TOLERANCE. An engine is not faster under load than idle, so the profile was
-    taken while the host was slower than during the run (busy, or a VM still settling: run P
-    in bench/RESULTS.md), and the fit cannot take the difference back (its step extra stops
-    at 0). None otherwise, or when the run did not measure TPOT."""
+    engine steps allow: simulated with the idle steps alone (no step extra, no host speed
+    spread, no stalls; the hops' terms, which do not time the steps, as they are), its TPOT
+    p50 above the measured one by more than SLOW_PROFILE_TOLERANCE. An engine is not faster
+    under load than idle, so the profile was taken while the host was slower than during the
+    run (busy, or a VM still settling: run P in bench/RESULTS.md), and the fit cannot take the
+    difference back (its step extra stops at 0). None otherwise, or when the run did not
+    measure TPOT."""
     target_s = measured.tpot_p50_s
     if target_s is None or target_s <= 0:
         return None

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from pdserve.bench.intervals import bootstrap_interval, measured_interval, percentile_interval
-from pdserve.bench.report import Metrics, PolicyReport, RequestRecord
+from tests.unit.bench.report_records import policy_report as _report
+from tests.unit.bench.report_records import record as _record
 
 
 def test_the_median_s_interval_is_the_order_statistics_one() -> None:
@@ -75,23 +76,6 @@ def test_no_values_no_interval_and_bad_arguments_are_refused() -> None:
         percentile_interval([[1.0]], 101)
     with pytest.raises(ValueError, match="confidence"):
         percentile_interval([[1.0]], 50, confidence=1.0)
-
-
-def _record(cls: str, ttft: float | None, *, error: str | None = None) -> RequestRecord:
-    return RequestRecord(
-        round_index=0, request_class=cls, start_s=0.0, ttft_s=ttft, e2e_s=1.0,
-        prompt_tokens=10, completion_tokens=11, cached_tokens=0,
-        chunk_gaps_s=[0.05, 0.05], stages={}, error=error,
-    )  # fmt: skip
-
-
-def _report(records: list[RequestRecord] | None) -> PolicyReport:
-    none = {f: None for f in Metrics.model_fields if f not in ("num_requests", "num_errors")}
-    return PolicyReport(
-        num_requests=len(records or []), num_errors=0, num_phases=1, wall_s=1.0,
-        prompt_tokens_total=0, cached_tokens_total=None, prefilled_tokens_total=None,
-        errors=[], requests=records, **none,
-    )  # fmt: skip
 
 
 def test_the_report_s_interval_takes_the_class_s_successful_requests() -> None:

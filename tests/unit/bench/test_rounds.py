@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.report import BenchReport, Metrics, PolicyReport, RequestRecord
+from pdserve.bench.report import BenchReport, PolicyReport, RequestRecord
 from pdserve.bench.rounds import one_value_holds_all, round_values, spread
 from pdserve.config import load_config
 from pdserve.sim.bounds import P50_TOLERANCE, rounds_hold, within
@@ -17,6 +17,7 @@ from pdserve.sim.layout import layout_from_config
 from pdserve.sim.predict import compare, predict
 from pdserve.sim.profile import SimProfile
 from pdserve.sim.render import rounds_summary
+from tests.unit.bench.report_records import policy_report, record
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "sim" / "fixtures"
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -30,20 +31,12 @@ def _record(
     gaps: list[float] | None = None,
     error: str | None = None,
 ) -> RequestRecord:
-    return RequestRecord(
-        round_index=round_index, request_class=cls, start_s=0.0, ttft_s=ttft, e2e_s=ttft + 1.0,
-        prompt_tokens=10, completion_tokens=11, cached_tokens=0,
-        chunk_gaps_s=gaps or [0.05, 0.05], stages={}, error=error,
-    )  # fmt: skip
+    """A request of round `round_index` whose stream takes 1 s after its first token."""
+    return record(cls, ttft, round_index=round_index, e2e_s=ttft + 1.0, gaps=gaps, error=error)
 
 
 def _report(records: list[RequestRecord] | None) -> PolicyReport:
-    none = {f: None for f in Metrics.model_fields if f not in ("num_requests", "num_errors")}
-    return PolicyReport(
-        num_requests=len(records or []), num_errors=0, num_phases=2, wall_s=1.0,
-        prompt_tokens_total=0, cached_tokens_total=None, prefilled_tokens_total=None,
-        errors=[], requests=records, **none,
-    )  # fmt: skip
+    return policy_report(records, num_phases=2)
 
 
 def test_each_round_s_percentile_is_taken_over_that_round_s_successful_requests() -> None:

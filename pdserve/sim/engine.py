@@ -8,6 +8,10 @@ sequences first (each decoding one token, or continuing its prompt by at most
 sequences and the step's token budget last. Its time comes from the cost model (see
 `_duration`): one step base, the prefill chunks' per-token and attention terms (a prompt's own
 fixed cost with its first chunk) and the decoding sequences' per-sequence and context terms.
+
+One known difference: vLLM lifts the chunk cap while a prompt is the only request on its
+engine (it then takes the whole step budget). Modelling that lowered the recorded runs' cells
+in bound (bench/RESULTS.md, 2026-12-04), so the model keeps the cap.
 """
 
 from __future__ import annotations

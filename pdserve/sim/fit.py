@@ -132,6 +132,10 @@ def fit_host_contention(
             "source": f"{profile.source}; host contention fitted on {layout.name}",
         }
     )
+    # With the hops' spreads in: they decide which prompts of a burst reach the prefill
+    # engine together and share its steps.
+    factor = _prefill_step_factor(fitted, layout, workload, requests, measured)
+    fitted = fitted.model_copy(update={"prefill_step_factor": factor})
     if not stalls:
         return fitted
     rate_per_s, median_s = _stalls(fitted, layout, workload, measured)
@@ -292,6 +296,39 @@ def _step_extra_s(
     trial = profile.model_copy(update={"engine_step_extra_s": extra_s})
     outcome = Simulation(layout, trial, concurrency=workload.concurrency).run(requests)
     return extra_s, sim_metrics(outcome, workload)[0]
+
+
+PREFILL_FACTOR_ROUNDS = 3
+"""Simulations `_prefill_step_factor` corrects its factor with."""
+MAX_PREFILL_STEP_FACTOR = 4.0
+"""The most `_prefill_step_factor` returns (SimProfile.prefill_step_factor's bound)."""
+
+
+def _prefill_step_factor(
+    profile: SimProfile,
+    layout: SimLayout,
+    workload: BenchConfig,
+    requests: Sequence[SimRequest],
+    measured: PolicyReport,
+) -> float:
+    """The `prefill_step_factor` that makes the simulated prefill stage's p50 (remote
+    prefills: the prefill engine's time from scheduling the prompt to its end) the measured
+    run's: start at the profile's and scale by measured / simulated each round, kept within
+    [1, MAX_PREFILL_STEP_FACTOR] (an engine is not faster under load than idle). The
+    profile's factor when the run or the simulation has no prefill stage."""
+    stage = (measured.stages or {}).get("prefill")
+    target_s = stage.p50_s if stage is not None else None
+    factor = profile.prefill_step_factor
+    if target_s is None or target_s <= 0:
+        return factor
+    for _ in range(PREFILL_FACTOR_ROUNDS):
+        trial = profile.model_copy(update={"prefill_step_factor": factor})
+        outcome = Simulation(layout, trial, concurrency=workload.concurrency).run(requests)
+        simulated = (sim_metrics(outcome, workload)[0].stages or {}).get("prefill")
+        if simulated is None or simulated.p50_s is None or simulated.p50_s <= 0:
+            return profile.prefill_step_factor
+        factor = min(MAX_PREFILL_STEP_FACTOR, max(1.0, factor * target_s / simulated.p50_s))
+    return factor
 
 
 def _class_spread(measured: PolicyReport, stage: str) -> float:

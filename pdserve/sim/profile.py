@@ -89,16 +89,30 @@ class SimProfile(StrictModel):
             "0 = the cost model alone)."
         ),
     )
+    prefill_step_factor: float = Field(
+        default=1.0,
+        gt=0,
+        le=4,
+        description=(
+            "How much longer an engine step that computes prompt tokens takes under load than "
+            "the cost model's idle time (a factor on the whole step, the sequences it decodes "
+            "beside the prompt included; the step extra comes on top). On a CPU host a "
+            "prompt's matrix work shares the caches and memory bandwidth with the other "
+            "engines and the serving layer, which the idle profile had to itself. "
+            "Fitted so the simulated prefill stage's median is a measured run's (1 = the "
+            "cost model alone)."
+        ),
+    )
     step_speed_sigma: float = Field(
         default=0.0,
         ge=0,
         le=2,
         description=(
-            "How the host's speed wanders under load: every decode step (one that computes "
-            "no prompt tokens) takes a factor shared by all engines and drawn afresh every "
-            "50 ms of the clock (STEP_SPEED_PERIOD_S; log-normal, median 1, this sigma). On a "
-            "shared CPU host other processes take the cores for tens of milliseconds at a "
-            "time, so a whole short stream can decode fast or slow. Fitted with "
+            "How the host's speed wanders under load: every engine step takes a factor "
+            "shared by all engines and drawn afresh every 50 ms of the clock "
+            "(STEP_SPEED_PERIOD_S; log-normal, median 1, this sigma). On a shared CPU host "
+            "other processes take the cores for tens of milliseconds at a time, so a whole "
+            "short stream can decode fast or slow, and a prompt's prefill likewise. Fitted with "
             "engine_step_extra_s from a measured run's TPOT p50 and p90; 0 = steady."
         ),
     )

@@ -25,10 +25,14 @@ log-normally (`host_contention`, `serving_jitter_sigma`; the KV transfer spreads
 only waits for the prefill engine's step, it does not stretch); the decode path's hops spread
 too (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
 token); all fitted from a measured run's timeline. Every engine step takes
-`engine_step_extra_s` on top of the cost model's time (the run's loaded step time); a decode
-step (one that computes no prompt tokens) then runs at the host's speed of the moment
-(`step_speed_sigma`: one log-normal factor per STEP_SPEED_PERIOD_S window of the clock, shared
-by every engine), so a whole short stream can decode fast or slow, as on a shared host.
+`engine_step_extra_s` on top of the cost model's time (the run's loaded step time; a step that
+computes prompt tokens takes `prefill_step_factor` times the cost model's time first), and
+then runs at the host's speed of the moment (`step_speed_sigma`: one log-normal factor per
+STEP_SPEED_PERIOD_S window of the clock, shared by every engine), so a whole short stream can
+decode fast or slow, and a prompt prefill fast or slow, as on a shared host.
+The router places with its configured cost model (`router.routing.cost_model` in the layout's
+policy), as the deployment's router does, not with the profile's engine times: with the
+default cost model a burst of long prompts spills one to the decode engine, as measured.
 Engines that share a device group (e.g. two engines pinned to one core) split it: a step
 started while k of them are busy takes k times its modelled time.
 Host-wide stalls (`host_stall_rate_per_s`, a Poisson process of log-normal lengths) stop
@@ -107,8 +111,10 @@ class Simulation:
         self._profile = profile
         self._concurrency = concurrency
         cost = profile.cost_model
+        # The router decides with its configured cost model (router.routing.cost_model), as
+        # the deployment's router does; the engines take the profile's times.
         self._policy = RoutingPolicy(
-            layout.policy.model_copy(update={"cost_model": cost}),
+            layout.policy,
             policy=policy,
             aggregated=layout.aggregated,
         )
@@ -447,9 +453,9 @@ class Simulation:
             if seq.scheduled_s is None:
                 seq.scheduled_s = self._now
         self._steps[engine_id] = step
-        seconds = step.duration_s + self._profile.engine_step_extra_s
-        if step.prefill_tokens == 0:
-            seconds *= self._step_speed()
+        factor = self._profile.prefill_step_factor if step.prefill_tokens else 1.0
+        seconds = step.duration_s * factor + self._profile.engine_step_extra_s
+        seconds *= self._step_speed()
         end = self._now + seconds * (1 + sharing)
         self._step_end[engine_id] = end
         self._at(end, lambda: self._end_step(engine_id))

@@ -19,11 +19,12 @@ from pdserve.sim.fit import (
     HOPS_PER_STAGE,
     STALL_FIT_RUNS,
     _lognormal_sigma,
+    _prefill_step_factor,
     _stalls,
     fit_host_contention,
 )
 from pdserve.sim.layout import SimLayout, layout_from_config
-from pdserve.sim.predict import predict
+from pdserve.sim.predict import predict, workload_requests
 from pdserve.sim.profile import SimProfile
 
 
@@ -136,6 +137,40 @@ def test_no_step_extra_when_the_run_decoded_as_fast_as_the_idle_profile() -> Non
     for m in (fast, unmeasured):
         fitted = fit_host_contention(idle, layout, workload, m, host_cores=2, stalls=False)
         assert fitted.engine_step_extra_s == 0
+
+
+def test_prompt_steps_take_the_factor_that_gives_the_run_s_prefill_median() -> None:
+    """The fit scales the steps that compute prompt tokens until the simulated prefill
+    stage's median is the run's: on run A's 1P1D, and on the same run with its prefill stage
+    made 1.5x slower (a larger factor, again on the median). A run whose prompts prefilled
+    faster than the idle profile allows keeps 1 (an engine is not faster under load), and
+    one with no prefill stage keeps the profile's factor."""
+    fitted, measured = _fit(drop_classes=False)
+    _, layout, workload, _ = _inputs()
+    requests = workload_requests(workload, layout.engines[0].limits.block_size_tokens)
+    stage = (measured.stages or {})["prefill"]
+    assert stage.p50_s is not None and fitted.prefill_step_factor >= 1
+
+    def simulated_p50(profile: SimProfile) -> float:
+        stages = predict("1p1d", layout, profile, workload, runs=1).metrics.stages or {}
+        value = stages["prefill"].p50_s
+        assert value is not None
+        return value
+
+    assert simulated_p50(fitted) == pytest.approx(stage.p50_s, rel=0.1)
+    slower = stage.model_copy(update={"p50_s": 1.5 * stage.p50_s})
+    run = measured.model_copy(update={"stages": {**(measured.stages or {}), "prefill": slower}})
+    factor = _prefill_step_factor(fitted, layout, workload, requests, run)
+    assert factor > 1.3 * fitted.prefill_step_factor
+    trial = fitted.model_copy(update={"prefill_step_factor": factor})
+    assert simulated_p50(trial) == pytest.approx(1.5 * stage.p50_s, rel=0.1)
+    fast = stage.model_copy(update={"p50_s": 0.001})
+    run = measured.model_copy(update={"stages": {**(measured.stages or {}), "prefill": fast}})
+    assert _prefill_step_factor(fitted, layout, workload, requests, run) == 1.0
+    stages = {k: v for k, v in (measured.stages or {}).items() if k != "prefill"}
+    none = measured.model_copy(update={"stages": stages})
+    kept = fitted.model_copy(update={"prefill_step_factor": 1.7})
+    assert _prefill_step_factor(kept, layout, workload, requests, none) == 1.7
 
 
 def test_the_client_s_spread_is_the_classes_mean() -> None:

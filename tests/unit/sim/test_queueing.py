@@ -87,6 +87,18 @@ def test_one_request_alone_takes_exactly_its_modelled_path() -> None:
     assert r.e2e_s == pytest.approx(ttft + 2 * step)
 
 
+def test_prompt_steps_take_the_profile_s_prefill_factor() -> None:
+    """prefill_step_factor scales a step that computes prompt tokens (before the extra is
+    added); decode steps keep the cost model's time."""
+    extra = 0.002
+    loaded = PROFILE.model_copy(update={"prefill_step_factor": 1.5, "engine_step_extra_s": extra})
+    [r] = Simulation(layout(), loaded).run([request(0, 1000, out=3)]).results
+    hops_s = PROFILE.router_s + 2 * PROFILE.hop_s
+    assert r.ttft_s == pytest.approx(hops_s + 1.5 * prefill_s(1000) + extra)
+    step = COST.est_decode_step_s(1, 0) + extra
+    assert r.chunk_gaps_s == pytest.approx((step, step))
+
+
 def test_every_engine_step_pays_the_loaded_host_s_extra() -> None:
     """engine_step_extra_s: the prompt's step and each decode step take it on top."""
     extra = 0.002
@@ -97,16 +109,18 @@ def test_every_engine_step_pays_the_loaded_host_s_extra() -> None:
     assert r.chunk_gaps_s == pytest.approx((step, step))
 
 
-def test_decode_steps_run_at_the_host_s_speed_of_their_50_ms_window() -> None:
+def test_engine_steps_run_at_the_host_s_speed_of_their_50_ms_window() -> None:
     """step_speed_sigma: each STEP_SPEED_PERIOD_S window of the clock draws one log-normal
-    speed factor (median 1) that every decode step started in it takes; prompt steps keep
-    their modelled time; the draws follow the seed."""
+    speed factor (median 1) that every step started in it takes, the prompt's included (its
+    window's is the seed's first draw); the draws follow the seed."""
     sigma = 0.4
     wandering = PROFILE.model_copy(update={"step_speed_sigma": sigma})
     req = [request(0, 1000, out=2001)]
     [steady] = Simulation(layout(), PROFILE).run(req).results
     [r] = Simulation(layout(), wandering, seed=3).run(req).results
-    assert r.ttft_s == pytest.approx(steady.ttft_s)  # the prompt's step is not scaled
+    first_factor = math.exp(random.Random("step-speed-3").gauss(0.0, sigma))
+    prompt_s = steady.ttft_s - PROFILE.router_s - 2 * PROFILE.hop_s
+    assert r.ttft_s == pytest.approx(steady.ttft_s + prompt_s * (first_factor - 1))
     step = COST.est_decode_step_s(1, 0)
     assert steady.chunk_gaps_s == pytest.approx([step] * 2000)
     factors = [gap / step for gap in r.chunk_gaps_s]
@@ -213,6 +227,24 @@ def test_engines_sharing_one_device_run_at_half_speed_each() -> None:
     second = [r.ttft_s - fixed for r in shared.results if r.ttft_s][1]
     assert alone == pytest.approx([prefill_s(4000)] * 2)
     assert second == pytest.approx(2 * prefill_s(4000))  # started while d0 was busy
+
+
+def test_the_router_decides_with_its_configured_cost_model() -> None:
+    """The simulated router is the deployment's: it places with router.routing.cost_model,
+    not with the profile's engine times. Four 1,500-token prompts at once on 1P1D whose
+    engines prefill one in 35 ms: the default cost model (about 0.18 s per such prompt)
+    predicts the last one's wait on the prefill engine far enough above a local prefill to
+    spill it to the decode engine; a router configured with the engines' real costs predicts
+    a gain under spill_min_gain_s and keeps all four remote."""
+    fast = COST.model_copy(update={"fixed_overhead_s": 0.005, "per_token_s": 2e-5})
+    profile = PROFILE.model_copy(update={"cost_model": fast})
+    burst = [request(i, 1500) for i in range(4)]
+    configured = PolicyConfig(block_size_tokens=BLOCK)
+    knows_engines = PolicyConfig(block_size_tokens=BLOCK, cost_model=fast)
+    spilled = Simulation(layout(num_prefill=1, policy=configured), profile).run(burst)
+    kept = Simulation(layout(num_prefill=1, policy=knows_engines), profile).run(burst)
+    assert sum(r.local_prefill for r in spilled.results) >= 1
+    assert not any(r.local_prefill for r in kept.results)
 
 
 def test_a_repeated_prefix_is_served_from_the_cache() -> None:

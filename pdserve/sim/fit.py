@@ -81,9 +81,11 @@ def fit_host_contention(
     decode_hops, `local_jitter_sigma` from the local ones'. Before the contention,
     `engine_step_extra_s` makes the simulated TPOT p50 the run's and `step_speed_sigma` its
     TPOT p90 as near as the grid allows (`_engine_steps`; the busy cores the contention is
-    fitted against depend on them). Last, with `stalls`, the host's
-    stalls (`host_stall_rate_per_s`, `host_stall_median_s`) that bring the simulated streams
-    closest to the run's (`_stalls`; without, the profile's are kept). Raises ValueError
+    fitted against depend on them). With the spreads in, `prefill_step_factor` makes the
+    simulated prefill stage's p50 the run's (`_prefill_step_factor`). Last, with `stalls`,
+    the host's stalls (`host_stall_rate_per_s`, `host_stall_median_s`) that bring the
+    simulated streams closest to the run's (`_stalls`; without, the profile's are kept).
+    Raises ValueError
     when the run has no remote-prefill timeline (aggregated, or not pdserve)."""
     stages = measured.stages or {}
     pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")

@@ -1,0 +1,124 @@
+"""Run R of bench/RESULTS.md: run B's workload (4 req/s, half long prompts in bursts of four) on
+run Q's VM, predicted before it ran with run Q's own 1P1D fit under the model of 2026-12-04
+(the fitted profile as committed, fixtures/sim-profile-local-q-loaded.json) carried onto the
+idle profile taken right before the run. The bounded cells outside the bound must be exactly
+the ones RESULTS.md lists, and the misses are the short requests a burst lands on, which the
+model does not slow."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+
+from pdserve.bench.report import RequestResult
+from pdserve.sim.carry import carry_load
+from pdserve.sim.predict import workload_requests
+from pdserve.sim.profile import SimProfile
+from pdserve.sim.simulator import Simulation
+from tests.unit.sim.test_against_measurements import (
+    BOUNDED,
+    FIXTURES,
+    LAYOUTS,
+    RUNS,
+    Rows,
+    _ratio,
+    _report,
+    assert_outside,
+    fit_on_1p1d,
+    predicted_rows,
+)
+
+RUN_R = "mixed-3way-600-run-r.json"
+IDLE_R = FIXTURES / "sim-profile-local-r.json"
+FIT_Q = FIXTURES / "sim-profile-local-q-loaded.json"
+SHORT_P99S = {(d, "short", "ttft_p99_s") for d in LAYOUTS}
+OUTSIDE = {
+    "from_q": SHORT_P99S,
+    "own": SHORT_P99S | {(d, "long", "ttft_p99_s") for d in LAYOUTS},
+}
+"""Predicted beforehand with run Q's fit: 15 of 18, the short-request TTFT p99s too low
+(0.34-0.42). Run R's own 1P1D fit: 12, every TTFT p99 too low (0.32-0.65): it fits no spread
+to the host's speed (Q's fit has 0.30), and the p99s lose it."""
+LANDS_WITHIN_S = 0.05
+"""A short request 'a burst lands on': a long prompt is sent within this long after it."""
+
+
+@functools.cache
+def _prof(how: str) -> SimProfile:
+    idle = SimProfile.load(IDLE_R)
+    if how == "from_q":
+        return carry_load(SimProfile.load(FIT_Q), idle)
+    return fit_on_1p1d(RUN_R, idle)
+
+
+@functools.cache
+def _rows(how: str) -> Rows:
+    return predicted_rows(RUN_R, _prof(how), count_open_streams=True)
+
+
+def test_run_r_predicted_beforehand_with_run_q_s_fit_and_by_its_own_fit() -> None:
+    for how, expected in OUTSIDE.items():
+        assert_outside(_rows(how), expected, f"{how}: ")
+
+
+def test_every_median_predicted_beforehand_is_within_5_percent() -> None:
+    """Run Q's fit, from another workload, predicted every bounded p50 (TTFT of both classes,
+    ITL) of the three layouts within 5 % (0.96-1.03), a third of the issue's bound."""
+    rows = _rows("from_q")
+    for dep in LAYOUTS:
+        for scope, field in BOUNDED:
+            if field.endswith("p50_s"):
+                assert abs(_ratio(rows, dep, scope, field) - 1) <= 0.05, (dep, scope, field)
+
+
+def _landed_on(sent_s: float, longs_sent_s: list[float]) -> bool:
+    return any(0 <= t - sent_s < LANDS_WITHIN_S for t in longs_sent_s)
+
+
+def _measured_short_ttfts(dep: str) -> tuple[list[float], list[float]]:
+    """The measured short requests' TTFTs (landed on, the rest), round by round."""
+    report, _ = _report(RUN_R)
+    requests: list[RequestResult] = report.policies[dep].requests or []
+    landed: list[float] = []
+    rest: list[float] = []
+    for round_index in {r.round_index for r in requests}:
+        rnd = [r for r in requests if r.round_index == round_index]
+        longs = [r.start_s for r in rnd if r.request_class == "long"]
+        for r in rnd:
+            if r.request_class == "short" and r.ttft_s is not None:
+                (landed if _landed_on(r.start_s, longs) else rest).append(r.ttft_s)
+    return landed, rest
+
+
+def _simulated_short_ttfts(dep: str) -> tuple[list[float], list[float]]:
+    _, workload = _report(RUN_R)
+    layout = LAYOUTS[dep]
+    requests = workload_requests(workload, layout.engines[0].limits.block_size_tokens)
+    landed: list[float] = []
+    rest: list[float] = []
+    for seed in range(RUNS):
+        sim = Simulation(layout, _prof("from_q"), concurrency=workload.concurrency, seed=seed)
+        results = sim.run(requests).results
+        longs = [r.sent_s for r in results if r.request.request_class == "long"]
+        for r in results:
+            if r.request.request_class == "short" and r.ttft_s is not None:
+                (landed if _landed_on(r.sent_s, longs) else rest).append(r.ttft_s)
+    return landed, rest
+
+
+def test_the_short_p99_misses_are_the_requests_a_burst_lands_on() -> None:
+    """Measured, in every layout, the three slowest short requests (the class's top 1 %) are
+    among the 28 of 300 sent within 50 ms before a burst of long prompts, and those 28 take
+    1.3x the others' TTFT at the median and more: the burst's prompts enter the serving layer
+    (router, Ray Serve, the replicas' front ends, on the engines' two cores) while the short
+    request is in flight. The model does not slow them (their simulated median is the
+    others'), so its short TTFT p99 comes out 0.34-0.42 of measured. This pins the gap: a
+    model that slows them moves the simulated side."""
+    for dep in LAYOUTS:
+        landed, rest = _measured_short_ttfts(dep)
+        slowest = sorted(landed + rest)[-3:]
+        assert all(t in landed for t in slowest), dep
+        assert statistics.median(landed) >= 1.3 * statistics.median(rest), dep
+        sim_landed, sim_rest = _simulated_short_ttfts(dep)
+        assert len(sim_landed) == RUNS * len(landed) // 2, dep  # 14 per round, both ways
+        assert statistics.median(sim_landed) <= 1.1 * statistics.median(sim_rest), dep

@@ -213,6 +213,12 @@ class SimProfile(StrictModel):
         """The time outside the router's timeline of a prompt of `num_prompt_tokens` tokens."""
         return self.client_s + self.client_per_token_s * num_prompt_tokens
 
+    def intake_s(self, num_prompt_tokens: int) -> float:
+        """The serving layer's per-token work of taking in a prompt of `num_prompt_tokens`
+        tokens (the per-token terms of the router's and the client's times): the stretch in
+        which it holds up the first chunks of the other requests in flight (sim/intake.py)."""
+        return (self.router_per_token_s + self.client_per_token_s) * num_prompt_tokens
+
     def serving_s(self, base_s: float, busy_cores: int) -> float:
         """A serving-layer time while `busy_cores` host cores run engine steps."""
         if self.host_cores is None:

@@ -30,6 +30,10 @@ computes prompt tokens takes `prefill_step_factor` times the cost model's time f
 then runs at the host's speed of the moment (`step_speed_sigma`: one log-normal factor per
 STEP_SPEED_PERIOD_S window of the clock, shared by every engine), so a whole short stream can
 decode fast or slow, and a prompt prefill fast or slow, as on a shared host.
+The serving layer takes each prompt in (`SimProfile.intake_s`: the per-token terms of the
+router's and the client's times, first in first out, sim/intake.py): a first chunk that reaches
+the router while it takes in other requests' prompts waits for the end of that stretch, so the
+short requests a burst of long prompts lands on are slow, as measured.
 The router places with its configured cost model (`router.routing.cost_model` in the layout's
 policy), as the deployment's router does, not with the profile's engine times: with the
 default cost model a burst of long prompts spills one to the decode engine, as measured.
@@ -61,6 +65,7 @@ from pdserve.router.policy.types import (
     RequestSummary,
 )
 from pdserve.sim.engine import Seq, SimEngine, Step
+from pdserve.sim.intake import Intake
 from pdserve.sim.layout import SimLayout
 from pdserve.sim.outcome import SimOutcome, SimResult
 from pdserve.sim.profile import SimProfile
@@ -148,6 +153,7 @@ class Simulation:
         self._results: dict[str, SimResult] = {}
         self._steps: dict[str, Step] = {}
         self._seq_of: dict[int, SimResult] = {}
+        self._intake = Intake()
         self._step_end: dict[str, float] = {}
         self.busy_samples: list[int] = []
         """Busy device groups at each serving-layer delay (for fitting host contention)."""
@@ -218,6 +224,8 @@ class Simulation:
         self._in_flight += 1
         self._results[request.request_id] = SimResult(request=request, sent_s=self._now)
         router_s = self._profile.router_time_s(request.prompt_tokens)
+        intake_s = self._profile.intake_s(request.prompt_tokens)
+        self._intake.take_in(request.request_id, self._now, intake_s)
         self._at(self._now + router_s, lambda: self._place(request))
 
     def _snapshots(self, pool: PoolName) -> list[ReplicaSnapshot]:
@@ -339,7 +347,10 @@ class Simulation:
             # The local spread is a local prefill's: its first token's; later chunks stream
             # like any other request's.
             local = result.local_prefill and not chunks
-            arrive = t + self._decode_hop(local=local) + client_s
+            at_router = t + self._decode_hop(local=local)
+            if not chunks:  # the first chunk waits out the intake of others' prompts
+                at_router = self._intake.passes_at(result.request.request_id, at_router)
+            arrive = at_router + client_s
             chunks.append(max(arrive, chunks[-1]) if chunks else arrive)
         self._decode_stages(result, seq, chunks[0] - client_s, chunks[-1] - client_s)
         result.ttft_s = chunks[0] - result.sent_s

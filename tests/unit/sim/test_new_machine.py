@@ -23,21 +23,20 @@ from tests.unit.sim.test_against_measurements import (
 
 RUN_F = "mixed-3way-600-run-f.json"
 RUN_G = "mixed-3way-run-g.json"
-OUTSIDE_F = {
-    ("aggregated", "short", "ttft_p99_s"), ("1p1d", "short", "ttft_p99_s"),
-    ("2p1d", "short", "ttft_p99_s"), ("2p1d", "long", "ttft_p99_s"),
-    ("aggregated", "long", "ttft_p50_s"),
-}  # fmt: skip
-"""Run F fitted on its own 1P1D: few stalls fitted (0.25 per second), so the TTFT tails are
-short. The ITL p50s hold: the host's speed (`step_speed_sigma`) lets some 32-token streams
-decode within one 50 ms stream interval and go in two chunks, as measured (before it, every
-simulated stream took three and the disaggregated layouts' ITL p50 came out 0.68-0.69 of
-measured)."""
+OUTSIDE_F = {("2p1d", "long", "ttft_p99_s"), ("aggregated", "long", "ttft_p50_s")}
+"""Run F fitted on its own 1P1D: few stalls fitted (0.25 per second); the short requests' TTFT
+p99s hold with the serving layer's intake holding up those a burst lands on (0.51-0.59 of
+measured without it). The ITL p50s hold: the host's speed (`step_speed_sigma`) lets some
+32-token streams decode within one 50 ms stream interval and go in two chunks, as measured
+(before it, every simulated stream took three and the disaggregated layouts' ITL p50 came out
+0.68-0.69 of measured)."""
 OUTSIDE_G = {
-    ("aggregated", "short", "ttft_p99_s"), ("1p1d", "short", "ttft_p50_s"),
-    ("2p1d", "short", "ttft_p99_s"),
+    ("aggregated", "short", "ttft_p99_s"), ("aggregated", "long", "ttft_p50_s"),
+    ("1p1d", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p99_s"),
 }  # fmt: skip
-"""Run G, predicted with run F's fit."""
+"""Run G, predicted with run F's fit: aggregated's and 2P1D's short TTFT p99s were 0.21 s
+against a p50 of 15-18 ms (a handful of requests 14x slower than the rest), far beyond the
+model's (0.13-0.15 of measured)."""
 
 
 @functools.cache

@@ -478,3 +478,25 @@ def test_the_wait_for_the_step_in_progress_counts_as_hops_as_vllm_reports_it() -
     out = Simulation(layout(max_num_seqs=1), PROFILE).run([first, second]).results
     assert out[1].stages["kv_transfer"] == pytest.approx(4 * COST.est_decode_step_s(1, 0))
     assert out[1].stages["decode_hops"] == pytest.approx(2 * PROFILE.hop_s + busy_until - arrived)
+
+
+def test_a_prompt_taken_in_holds_up_the_first_chunk_of_a_request_in_flight() -> None:
+    """The serving layer takes a prompt in for its per-token router and client time (here
+    2,000 tokens x 10 us = 20 ms); the first chunk of another request that reaches the router
+    in that stretch waits for its end. The prompt's own request is not held up by it, and a
+    prompt sent after the first chunk passed holds up nothing."""
+    prof = PROFILE.model_copy(update={"router_per_token_s": 1e-5})
+    one = layout()
+    short, long_at = request(0, 16), 0.001
+    [alone] = Simulation(one, prof).run([short]).results
+    assert alone.ttft_s is not None and alone.ttft_s > long_at  # in flight when it arrives
+    both = Simulation(one, prof).run([short, request(1, 2000, at=long_at)]).results
+    held, burst = both
+    # The long prompt reaches an engine after its router time (20 ms of it per token), when
+    # the short one's token is out: they share no engine step, only the serving layer.
+    assert burst.sent_s + burst.stages["router_queue"] > alone.ttft_s
+    assert held.ttft_s == pytest.approx(long_at + prof.intake_s(2000))
+    [long_alone] = Simulation(one, prof).run([request(1, 2000, at=long_at)]).results
+    assert burst.ttft_s == pytest.approx(long_alone.ttft_s)
+    later = Simulation(one, prof).run([short, request(1, 2000, at=0.05)]).results
+    assert later[0].ttft_s == pytest.approx(alone.ttft_s)

@@ -1,9 +1,9 @@
 """Run R of bench/RESULTS.md: run B's workload (4 req/s, half long prompts in bursts of four) on
-run Q's VM, predicted before it ran with run Q's own 1P1D fit under the model of 2026-12-04
-(the fitted profile as committed, fixtures/sim-profile-local-q-loaded.json) carried onto the
-idle profile taken right before the run. The bounded cells outside the bound must be exactly
-the ones RESULTS.md lists, and the misses are the short requests a burst lands on, which the
-model does not slow."""
+run Q's VM, predicted before it ran with run Q's own 1P1D fit (the fitted profile as committed,
+fixtures/sim-profile-local-q-loaded.json) carried onto the idle profile taken right before the
+run. The bounded cells outside the bound must be exactly the ones RESULTS.md lists. The short
+requests a burst lands on are the slowest of their class, measured, and the model slows them
+(the serving layer's intake, added after the run)."""
 
 from __future__ import annotations
 
@@ -34,11 +34,11 @@ FIT_Q = FIXTURES / "sim-profile-local-q-loaded.json"
 SHORT_P99S = {(d, "short", "ttft_p99_s") for d in LAYOUTS}
 OUTSIDE = {
     "from_q": SHORT_P99S,
-    "own": SHORT_P99S | {(d, "long", "ttft_p99_s") for d in LAYOUTS},
+    "own": {("aggregated", "short", "ttft_p99_s")},
 }
-"""Predicted beforehand with run Q's fit: 15 of 18, the short-request TTFT p99s too low
-(0.34-0.42). Run R's own 1P1D fit: 12, every TTFT p99 too low (0.32-0.65): it fits no spread
-to the host's speed (Q's fit has 0.30), and the p99s lose it."""
+"""With run Q's fit: 15 of 18, the short-request TTFT p99s too low (0.55-0.57; 0.34-0.42 before
+the serving layer's intake was modelled, the prediction as made). Run R's own 1P1D fit: 17,
+aggregated's short TTFT p99 0.58 (without the intake 12: every TTFT p99 too low)."""
 LANDS_WITHIN_S = 0.05
 """A short request 'a burst lands on': a long prompt is sent within this long after it."""
 
@@ -106,14 +106,15 @@ def _simulated_short_ttfts(dep: str) -> tuple[list[float], list[float]]:
     return landed, rest
 
 
-def test_the_short_p99_misses_are_the_requests_a_burst_lands_on() -> None:
+def test_the_short_requests_a_burst_lands_on_are_the_slow_ones_measured_and_simulated() -> None:
     """Measured, in every layout, the three slowest short requests (the class's top 1 %) are
     among the 28 of 300 sent within 50 ms before a burst of long prompts, and those 28 take
     1.3x the others' TTFT at the median and more: the burst's prompts enter the serving layer
     (router, Ray Serve, the replicas' front ends, on the engines' two cores) while the short
-    request is in flight. The model does not slow them (their simulated median is the
-    others'), so its short TTFT p99 comes out 0.34-0.42 of measured. This pins the gap: a
-    model that slows them moves the simulated side."""
+    request is in flight. The model's intake holds their first chunk up (with run Q's fit:
+    1.8-2.4x the others' median, against 1.3-1.8x measured; 1.04-1.41 of the measured median
+    of those 28); before it, their simulated median was the others'. Their measured tail is
+    longer still (up to 0.13-0.33 s), so the predicted short p99 stays 0.55-0.57 of measured."""
     for dep in LAYOUTS:
         landed, rest = _measured_short_ttfts(dep)
         slowest = sorted(landed + rest)[-3:]
@@ -121,4 +122,6 @@ def test_the_short_p99_misses_are_the_requests_a_burst_lands_on() -> None:
         assert statistics.median(landed) >= 1.3 * statistics.median(rest), dep
         sim_landed, sim_rest = _simulated_short_ttfts(dep)
         assert len(sim_landed) == RUNS * len(landed) // 2, dep  # 14 per round, both ways
-        assert statistics.median(sim_landed) <= 1.1 * statistics.median(sim_rest), dep
+        assert statistics.median(sim_landed) >= 1.3 * statistics.median(sim_rest), dep
+        ratio = statistics.median(sim_landed) / statistics.median(landed)
+        assert 1 / 1.5 <= ratio <= 1.5, (dep, ratio)

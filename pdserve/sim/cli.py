@@ -227,7 +227,9 @@ def _fit_host(
         f"{'as decode' if local is None else f'{local:.2f}'}; router "
         f"{fitted.router_s * 1e3:.1f} ms + {fitted.router_per_token_s * 1e6:.2f} us/token, "
         f"client {fitted.client_s * 1e3:.1f} ms + {fitted.client_per_token_s * 1e6:.2f} us/token "
-        f"(spread {fitted.client_jitter_sigma:.2f})"
+        f"(spread {fitted.client_jitter_sigma:.2f}); serving-layer intake "
+        f"{fitted.intake_s(1000) * 1e3:.1f} ms per 1,000 prompt tokens (others' first chunks "
+        "wait it out)"
     )
     console.print(
         f"host stalls: {fitted.host_stall_rate_per_s:g} per second, median "
@@ -255,6 +257,7 @@ def _load_profile(
         f"{carried.host_contention:.2f}, engine steps under load "
         f"+{carried.engine_step_extra_s * 1e3:.2f} ms, client "
         f"{carried.client_s * 1e3:.1f} ms + {carried.client_per_token_s * 1e6:.2f} us/token, "
+        f"intake {carried.intake_s(1000) * 1e3:.1f} ms per 1,000 prompt tokens, "
         f"host stalls {carried.host_stall_rate_per_s:g} per second"
     )
     return carried

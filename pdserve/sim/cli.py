@@ -228,8 +228,8 @@ def _fit_host(
         f"{fitted.router_s * 1e3:.1f} ms + {fitted.router_per_token_s * 1e6:.2f} us/token, "
         f"client {fitted.client_s * 1e3:.1f} ms + {fitted.client_per_token_s * 1e6:.2f} us/token "
         f"(spread {fitted.client_jitter_sigma:.2f}); serving-layer intake "
-        f"{fitted.intake_s(1000) * 1e3:.1f} ms per 1,000 prompt tokens (others' first chunks "
-        "wait it out)"
+        f"{fitted.intake_s(1000) * 1e3:.1f} ms per 1,000 prompt tokens on average, spread as "
+        "the client's (others' first chunks wait it out)"
     )
     console.print(
         f"host stalls: {fitted.host_stall_rate_per_s:g} per second, median "

@@ -3,10 +3,12 @@ the router's parse and tokenization, Ray Serve's hand-over to a replica and the 
 end), on the host cores the engines share.
 
 A request's own share of it is already in its router and client times (their per-token terms,
-`SimProfile.router_per_token_s` and `client_per_token_s`). What this adds is what that work does
-to the requests already in flight: while the intake is busy with other requests' prompts, a
-first chunk on its way back to the client waits for it. Measured (bench/RESULTS.md, run R), the
-short requests a burst of long prompts lands on are the slowest of their class in every layout.
+`SimProfile.router_per_token_s` and `client_per_token_s`; the simulator spreads each prompt's
+share as the client's time spreads, with its mean kept: `Simulation._intake_s`). What this
+adds is what that work does to the requests already in flight: while the intake is busy with
+other requests' prompts, a first chunk on its way back to the client waits for it. Measured
+(bench/RESULTS.md, run R), the short requests a burst of long prompts lands on are the slowest
+of their class in every layout.
 
 Only first chunks wait for it: later chunks' gaps are fitted to the run's streams as they are
 (decode-path spread, stalls), so delaying them too would count the intake twice; tried on runs

@@ -215,8 +215,9 @@ class SimProfile(StrictModel):
 
     def intake_s(self, num_prompt_tokens: int) -> float:
         """The serving layer's per-token work of taking in a prompt of `num_prompt_tokens`
-        tokens (the per-token terms of the router's and the client's times): the stretch in
-        which it holds up the first chunks of the other requests in flight (sim/intake.py)."""
+        tokens (the per-token terms of the router's and the client's times), on average: the
+        stretch in which it holds up the first chunks of the other requests in flight
+        (sim/intake.py; the simulator spreads it per prompt with this mean)."""
         return (self.router_per_token_s + self.client_per_token_s) * num_prompt_tokens
 
     def serving_s(self, base_s: float, busy_cores: int) -> float:

@@ -31,7 +31,8 @@ then runs at the host's speed of the moment (`step_speed_sigma`: one log-normal 
 STEP_SPEED_PERIOD_S window of the clock, shared by every engine), so a whole short stream can
 decode fast or slow, and a prompt prefill fast or slow, as on a shared host.
 The serving layer takes each prompt in (`SimProfile.intake_s`: the per-token terms of the
-router's and the client's times, first in first out, sim/intake.py): a first chunk that reaches
+router's and the client's times, spread per prompt with a kept mean, first in first out,
+sim/intake.py): a first chunk that reaches
 the router while it takes in other requests' prompts waits for the end of that stretch, so the
 short requests a burst of long prompts lands on are slow, as measured.
 The router places with its configured cost model (`router.routing.cost_model` in the layout's
@@ -224,8 +225,7 @@ class Simulation:
         self._in_flight += 1
         self._results[request.request_id] = SimResult(request=request, sent_s=self._now)
         router_s = self._profile.router_time_s(request.prompt_tokens)
-        intake_s = self._profile.intake_s(request.prompt_tokens)
-        self._intake.take_in(request.request_id, self._now, intake_s)
+        self._intake.take_in(request.request_id, self._now, self._intake_s(request.prompt_tokens))
         self._at(self._now + router_s, lambda: self._place(request))
 
     def _snapshots(self, pool: PoolName) -> list[ReplicaSnapshot]:
@@ -422,6 +422,17 @@ class Simulation:
             self._speed_window = window
             self._speed = math.exp(self._speed_rng.gauss(0.0, sigma))
         return self._speed
+
+    def _intake_s(self, num_prompt_tokens: int) -> float:
+        """The serving layer's work of taking in one prompt (`SimProfile.intake_s`), spread
+        per prompt as the time outside the router is (`client_jitter_sigma`: the intake is the
+        per-token part of the router's and the client's times), scaled to keep its mean: the
+        requests a burst lands on are held from not at all to twice the burst's median intake,
+        as measured (bench/RESULTS.md, run R), and the work taken in over a run stays the
+        fitted one."""
+        sigma = self._profile.client_jitter_sigma
+        spread_s = self._spread(self._profile.intake_s(num_prompt_tokens), sigma)
+        return spread_s * math.exp(-sigma * sigma / 2)
 
     def _jitter(self, seconds: float) -> float:
         """`seconds` spread by the remote-prefill path's log-normal jitter."""

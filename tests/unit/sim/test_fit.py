@@ -17,6 +17,7 @@ from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, PolicyReport
 from pdserve.config import load_config
 from pdserve.sim.fit import (
     HOPS_PER_STAGE,
+    PREFILL_FACTOR_RUNS,
     STALL_FIT_RUNS,
     _lognormal_sigma,
     _prefill_step_factor,
@@ -24,7 +25,7 @@ from pdserve.sim.fit import (
     fit_host_contention,
 )
 from pdserve.sim.layout import SimLayout, layout_from_config
-from pdserve.sim.predict import predict, workload_requests
+from pdserve.sim.predict import predict
 from pdserve.sim.profile import SimProfile
 
 
@@ -142,17 +143,18 @@ def test_no_step_extra_when_the_run_decoded_as_fast_as_the_idle_profile() -> Non
 def test_prompt_steps_take_the_factor_that_gives_the_run_s_prefill_median() -> None:
     """The fit scales the steps that compute prompt tokens until the simulated prefill
     stage's median is the run's: on run A's 1P1D, and on the same run with its prefill stage
-    made 1.5x slower (a larger factor, again on the median). A run whose prompts prefilled
+    made 1.5x slower (a larger factor, again on the median), each pooled over
+    PREFILL_FACTOR_RUNS simulated runs as the fit pools them. A run whose prompts prefilled
     faster than the idle profile allows keeps 1 (an engine is not faster under load), and
     one with no prefill stage keeps the profile's factor."""
     fitted, measured = _fit(drop_classes=False)
     _, layout, workload, _ = _inputs()
-    requests = workload_requests(workload, layout.engines[0].limits.block_size_tokens)
     stage = (measured.stages or {})["prefill"]
     assert stage.p50_s is not None and fitted.prefill_step_factor >= 1
 
     def simulated_p50(profile: SimProfile) -> float:
-        stages = predict("1p1d", layout, profile, workload, runs=1).metrics.stages or {}
+        pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)
+        stages = pooled.metrics.stages or {}
         value = stages["prefill"].p50_s
         assert value is not None
         return value
@@ -160,17 +162,17 @@ def test_prompt_steps_take_the_factor_that_gives_the_run_s_prefill_median() -> N
     assert simulated_p50(fitted) == pytest.approx(stage.p50_s, rel=0.1)
     slower = stage.model_copy(update={"p50_s": 1.5 * stage.p50_s})
     run = measured.model_copy(update={"stages": {**(measured.stages or {}), "prefill": slower}})
-    factor = _prefill_step_factor(fitted, layout, workload, requests, run)
+    factor = _prefill_step_factor(fitted, layout, workload, run)
     assert factor > 1.3 * fitted.prefill_step_factor
     trial = fitted.model_copy(update={"prefill_step_factor": factor})
     assert simulated_p50(trial) == pytest.approx(1.5 * stage.p50_s, rel=0.1)
     fast = stage.model_copy(update={"p50_s": 0.001})
     run = measured.model_copy(update={"stages": {**(measured.stages or {}), "prefill": fast}})
-    assert _prefill_step_factor(fitted, layout, workload, requests, run) == 1.0
+    assert _prefill_step_factor(fitted, layout, workload, run) == 1.0
     stages = {k: v for k, v in (measured.stages or {}).items() if k != "prefill"}
     none = measured.model_copy(update={"stages": stages})
     kept = fitted.model_copy(update={"prefill_step_factor": 1.7})
-    assert _prefill_step_factor(kept, layout, workload, requests, none) == 1.7
+    assert _prefill_step_factor(kept, layout, workload, none) == 1.7
 
 
 def test_the_client_s_spread_is_the_classes_mean() -> None:

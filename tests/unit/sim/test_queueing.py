@@ -500,3 +500,20 @@ def test_a_prompt_taken_in_holds_up_the_first_chunk_of_a_request_in_flight() -> 
     assert burst.ttft_s == pytest.approx(long_alone.ttft_s)
     later = Simulation(one, prof).run([short, request(1, 2000, at=0.05)]).results
     assert later[0].ttft_s == pytest.approx(alone.ttft_s)
+
+
+def test_each_prompt_s_intake_spreads_as_the_client_s_time_with_its_mean_kept() -> None:
+    """With a client spread (`client_jitter_sigma`), each prompt's intake is drawn log-normal
+    around the profile's `intake_s`, scaled so that its mean stays that value: over many
+    prompts the work taken in is the fitted one, its median below it, and some prompts hold
+    twice as long. Without a spread, every prompt's intake is exactly `intake_s`."""
+    sigma = 0.5
+    prof = PROFILE.model_copy(update={"router_per_token_s": 1e-5, "client_jitter_sigma": sigma})
+    sim = Simulation(layout(), prof, seed=3)
+    draws = [sim._intake_s(2000) for _ in range(20_000)]
+    mean_s = prof.intake_s(2000)
+    assert statistics.fmean(draws) == pytest.approx(mean_s, rel=0.02)
+    assert statistics.median(draws) == pytest.approx(mean_s * math.exp(-(sigma**2) / 2), rel=0.03)
+    assert max(draws) > 2 * mean_s
+    exact = Simulation(layout(), PROFILE.model_copy(update={"router_per_token_s": 1e-5}))
+    assert {exact._intake_s(2000) for _ in range(10)} == {prof.intake_s(2000)}

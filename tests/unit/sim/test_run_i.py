@@ -33,9 +33,9 @@ OUTSIDE = {
 }  # fmt: skip
 """Carried from F's fit (16 of 18 held), from B's (16), and run I's own 1P1D fit (16), with the
 model of 2026-12-04 (the router's configured cost model, prompt steps under load, the serving
-layer's intake; RESULTS.md). The misses are too high: short-request TTFT p99s (1.35-1.64: the
+layer's intake; RESULTS.md). The misses are too high: short-request TTFT p99s (1.41-1.58: the
 intake holds up the short requests a burst lands on longer than on this machine) and
-aggregated's long-prompt TTFT p50 (1.18-1.20)."""
+aggregated's long-prompt TTFT p50 (1.17-1.18)."""
 
 
 @functools.cache

@@ -426,10 +426,10 @@ class Simulation:
     def _intake_s(self, num_prompt_tokens: int) -> float:
         """The serving layer's work of taking in one prompt (`SimProfile.intake_s`), spread
         per prompt as the time outside the router is (`client_jitter_sigma`: the intake is the
-        per-token part of the router's and the client's times), scaled to keep its mean: the
-        requests a burst lands on are held from not at all to twice the burst's median intake,
-        as measured (bench/RESULTS.md, run R), and the work taken in over a run stays the
-        fitted one."""
+        per-token part of the router's and the client's times), scaled to keep its mean. The
+        short requests a burst lands on are held unevenly, as measured (bench/RESULTS.md, run
+        R: 3-152 ms over the 32 sent less than 10 ms before a burst, whose mean intake the
+        fit puts at 65 ms), and the work taken in over a run stays the fitted one."""
         sigma = self._profile.client_jitter_sigma
         spread_s = self._spread(self._profile.intake_s(num_prompt_tokens), sigma)
         return spread_s * math.exp(-sigma * sigma / 2)

@@ -70,24 +70,12 @@ from pdserve.sim.intake import Intake
 from pdserve.sim.layout import SimLayout
 from pdserve.sim.outcome import SimOutcome, SimResult
 from pdserve.sim.profile import SimProfile
+from pdserve.sim.stream import coalesce_times
 from pdserve.sim.workload import SimRequest
 
 STEP_SPEED_PERIOD_S = 0.05
 """How long the host's speed factor (`SimProfile.step_speed_sigma`) holds before the next draw:
 about one short stream's decode, the scale at which other processes hold a core."""
-
-
-def coalesce_times(token_times_s: Sequence[float], interval_s: float) -> list[float]:
-    """When each stream chunk reaches the router, given when each token was produced: the
-    first token and the last go at once; any other waits until `interval_s` has passed since
-    the previous chunk and goes with the first token produced after that (decode_pool/
-    coalesce.py's rule)."""
-    sent: list[float] = []
-    for i, t in enumerate(token_times_s):
-        last = i == len(token_times_s) - 1
-        if not sent or last or t - sent[-1] >= interval_s:
-            sent.append(t)
-    return sent
 
 
 class Simulation:

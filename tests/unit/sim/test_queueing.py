@@ -16,7 +16,8 @@ from pdserve.sim.engine import EngineLimits
 from pdserve.sim.layout import EngineSpec, SimLayout
 from pdserve.sim.outcome import SimResult
 from pdserve.sim.profile import SimProfile
-from pdserve.sim.simulator import STEP_SPEED_PERIOD_S, Simulation, coalesce_times
+from pdserve.sim.simulator import STEP_SPEED_PERIOD_S, Simulation
+from pdserve.sim.stream import coalesce_times
 from pdserve.sim.workload import SimRequest
 
 BLOCK = 16
@@ -478,42 +479,3 @@ def test_the_wait_for_the_step_in_progress_counts_as_hops_as_vllm_reports_it() -
     out = Simulation(layout(max_num_seqs=1), PROFILE).run([first, second]).results
     assert out[1].stages["kv_transfer"] == pytest.approx(4 * COST.est_decode_step_s(1, 0))
     assert out[1].stages["decode_hops"] == pytest.approx(2 * PROFILE.hop_s + busy_until - arrived)
-
-
-def test_a_prompt_taken_in_holds_up_the_first_chunk_of_a_request_in_flight() -> None:
-    """The serving layer takes a prompt in for its per-token router and client time (here
-    2,000 tokens x 10 us = 20 ms); the first chunk of another request that reaches the router
-    in that stretch waits for its end. The prompt's own request is not held up by it, and a
-    prompt sent after the first chunk passed holds up nothing."""
-    prof = PROFILE.model_copy(update={"router_per_token_s": 1e-5})
-    one = layout()
-    short, long_at = request(0, 16), 0.001
-    [alone] = Simulation(one, prof).run([short]).results
-    assert alone.ttft_s is not None and alone.ttft_s > long_at  # in flight when it arrives
-    both = Simulation(one, prof).run([short, request(1, 2000, at=long_at)]).results
-    held, burst = both
-    # The long prompt reaches an engine after its router time (20 ms of it per token), when
-    # the short one's token is out: they share no engine step, only the serving layer.
-    assert burst.sent_s + burst.stages["router_queue"] > alone.ttft_s
-    assert held.ttft_s == pytest.approx(long_at + prof.intake_s(2000))
-    [long_alone] = Simulation(one, prof).run([request(1, 2000, at=long_at)]).results
-    assert burst.ttft_s == pytest.approx(long_alone.ttft_s)
-    later = Simulation(one, prof).run([short, request(1, 2000, at=0.05)]).results
-    assert later[0].ttft_s == pytest.approx(alone.ttft_s)
-
-
-def test_each_prompt_s_intake_spreads_as_the_client_s_time_with_its_mean_kept() -> None:
-    """With a client spread (`client_jitter_sigma`), each prompt's intake is drawn log-normal
-    around the profile's `intake_s`, scaled so that its mean stays that value: over many
-    prompts the work taken in is the fitted one, its median below it, and some prompts hold
-    twice as long. Without a spread, every prompt's intake is exactly `intake_s`."""
-    sigma = 0.5
-    prof = PROFILE.model_copy(update={"router_per_token_s": 1e-5, "client_jitter_sigma": sigma})
-    sim = Simulation(layout(), prof, seed=3)
-    draws = [sim._intake_s(2000) for _ in range(20_000)]
-    mean_s = prof.intake_s(2000)
-    assert statistics.fmean(draws) == pytest.approx(mean_s, rel=0.02)
-    assert statistics.median(draws) == pytest.approx(mean_s * math.exp(-(sigma**2) / 2), rel=0.03)
-    assert max(draws) > 2 * mean_s
-    exact = Simulation(layout(), PROFILE.model_copy(update={"router_per_token_s": 1e-5}))
-    assert {exact._intake_s(2000) for _ in range(10)} == {prof.intake_s(2000)}

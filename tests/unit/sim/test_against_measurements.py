@@ -24,6 +24,7 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport
 from pdserve.config import load_config
 from pdserve.sim.bounds import within
+from pdserve.sim.carry import carry_load
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import ComparedRow, compare, predict
@@ -89,6 +90,16 @@ def fit_on_1p1d(run: str, idle: SimProfile) -> SimProfile:
     return fit_host_contention(
         idle, LAYOUTS["1p1d"], workload, report.policies["1p1d"], host_cores=2
     )
+
+
+def own_or_carried_fit(run: str, idle: pathlib.Path, how: str, fitted: pathlib.Path) -> SimProfile:
+    """The profile a recorded `run` is predicted with: `how` "own", its idle profile with the
+    serving layer fitted on its own 1P1D; otherwise the `fitted` profile (another run's fit, as
+    committed) carried onto that idle profile."""
+    idle_profile = SimProfile.load(idle)
+    if how == "own":
+        return fit_on_1p1d(run, idle_profile)
+    return carry_load(SimProfile.load(fitted), idle_profile)
 
 
 def predicted_rows(run: str, profile: SimProfile, *, count_open_streams: bool) -> Rows:

@@ -11,7 +11,6 @@ import functools
 import statistics
 
 from pdserve.bench.report import RequestResult
-from pdserve.sim.carry import carry_load
 from pdserve.sim.predict import workload_requests
 from pdserve.sim.profile import SimProfile
 from pdserve.sim.simulator import Simulation
@@ -24,7 +23,7 @@ from tests.unit.sim.test_against_measurements import (
     _ratio,
     _report,
     assert_outside,
-    fit_on_1p1d,
+    own_or_carried_fit,
     predicted_rows,
 )
 
@@ -49,10 +48,7 @@ LANDS_WITHIN_S = 0.05
 
 @functools.cache
 def _prof(how: str) -> SimProfile:
-    idle = SimProfile.load(IDLE_R)
-    if how == "from_q":
-        return carry_load(SimProfile.load(FIT_Q), idle)
-    return fit_on_1p1d(RUN_R, idle)
+    return own_or_carried_fit(RUN_R, IDLE_R, how, FIT_Q)
 
 
 @functools.cache

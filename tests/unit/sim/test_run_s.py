@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 
-from pdserve.sim.carry import carry_load
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
@@ -18,7 +17,7 @@ from tests.unit.sim.test_against_measurements import (
     Rows,
     _ratio,
     assert_outside,
-    fit_on_1p1d,
+    own_or_carried_fit,
     predicted_rows,
 )
 
@@ -41,10 +40,7 @@ TTFT p50s 1.15-1.19 and 2P1D's ITL p99 1.36. Run S's own 1P1D fit: 15, the short
 
 @functools.cache
 def _prof(how: str) -> SimProfile:
-    idle = SimProfile.load(IDLE_S)
-    if how == "from_r":
-        return carry_load(SimProfile.load(FIT_R), idle)
-    return fit_on_1p1d(RUN_S, idle)
+    return own_or_carried_fit(RUN_S, IDLE_S, how, FIT_R)
 
 
 @functools.cache

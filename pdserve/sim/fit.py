@@ -315,8 +315,9 @@ def _prefill_step_factor(
     profile: SimProfile, layout: SimLayout, workload: BenchConfig, measured: PolicyReport
 ) -> float:
     """The `prefill_step_factor` that makes the simulated prefill stage's p50 (remote
-    prefills: the prefill engine's time from scheduling the prompt to its end) the measured
-    run's: start at the profile's and scale by measured / simulated each round, kept within
+    prefills: the prefill engine's time from scheduling the prompt to its end; pooled over
+    PREFILL_FACTOR_RUNS simulated runs) the measured run's: start at the profile's and scale
+    by measured / simulated each round, kept within
     [1, MAX_PREFILL_STEP_FACTOR] (an engine is not faster under load than idle). The
     profile's factor when the run or the simulation has no prefill stage."""
     stage = (measured.stages or {}).get("prefill")

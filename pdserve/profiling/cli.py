@@ -92,6 +92,7 @@ def profile(
             max_prompt_tokens=max_prompt_tokens,
             max_model_len_tokens=cfg.model.max_model_len_tokens if cfg else 1 << 30,
             min_extra_tokens=cfg.router.routing.local_prefill_max_uncached_tokens if cfg else 0,
+            min_prompt_tokens=cfg.router.routing.local_prefill_max_cold_tokens if cfg else 0,
         )
     except ValueError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")

@@ -57,11 +57,16 @@ def make_plan(
     max_prompt_tokens: int,
     max_model_len_tokens: int,
     min_extra_tokens: int = 0,
+    min_prompt_tokens: int = 0,
 ) -> ProfilePlan:
     """The plan for these limits.
 
     Prompt lengths above `max_prompt_tokens` (or the model context minus one token) are
-    capped to it; duplicates collapse. A cached pair's extra is raised to at least
+    capped to it, and lengths under `min_prompt_tokens` (the router's cold local-prefill
+    threshold: a shorter fresh prompt is prefilled on the decode engine, which reports no
+    prefill stage, so it would measure nothing) are raised to it, which keeps the shortest
+    prompt that still goes to the prefill pool in the fit; duplicates collapse. A cached
+    pair's extra is raised to at least
     `min_extra_tokens` (the router's local-prefill threshold: fewer uncached tokens would be
     prefilled on the decode engine, which reports no prefill stage); pairs that then exceed
     the cap are dropped. Decode prompts that do not fit (cap, or context minus the output
@@ -73,7 +78,7 @@ def make_plan(
     if cap < 128:
         raise ValueError(f"prompt cap {cap} is under 128 tokens: too small to profile")
     base = QUICK_PREFILL_TOKENS if quick else FULL_PREFILL_TOKENS
-    lengths = tuple(sorted({min(n, cap) for n in base}))
+    lengths = tuple(sorted({min(max(n, min_prompt_tokens), cap) for n in base}))
     raised = (
         (p, max(e, min_extra_tokens))
         for p, e in (QUICK_CACHED_PAIRS if quick else FULL_CACHED_PAIRS)

@@ -123,13 +123,17 @@ class CostModel(StrictModel):
         base: CostModel | None = None,
     ) -> FitResult:
         """Least-squares fit of the coefficients from measured samples (called by `pdserve
-        profile`, offline).
+        profile`, offline), on relative residuals: each sample's row and time are divided by
+        its time, so a 10 ms prompt weighs as much as a 500 ms one (plain least squares on
+        seconds lets the longest prompts set the line and leaves short prompts' times off
+        by half or more).
 
         Either list may be empty: that half keeps `base`'s coefficients (the defaults when
         `base` is None) and a note says so. A coefficient the unconstrained fit makes negative
         is clamped to 0 and the others are refitted without it (non-negative least squares by
         active set), with a note. Raises ValueError when the samples cannot determine the
-        coefficients (fewer than 3, or no variation in a feature).
+        coefficients (fewer than 3 with a positive time, or no variation in a feature); a
+        sample whose time is not positive is left out, with a note.
         """
         start = base if base is not None else cls()
         values = start.model_dump()
@@ -157,11 +161,25 @@ def _attention(s: PrefillSample) -> float:
 def _nnls(
     rows: Sequence[tuple[float, ...]], y: Sequence[float], names: Sequence[str], notes: list[str]
 ) -> list[float]:
-    """Least squares with coefficients >= 0: solve, drop (fix at 0) negative ones, re-solve."""
+    """Least squares on relative residuals ((row . coef - y) / y) with coefficients >= 0:
+    solve, drop (fix at 0) negative ones, re-solve."""
     if len(rows) < len(names):
         raise ValueError(
             f"need at least {len(names)} samples to fit {', '.join(names)}; got {len(rows)}"
         )
+    kept = [(r, t) for r, t in zip(rows, y, strict=True) if t > 0]
+    if len(kept) < len(rows):
+        notes.append(
+            f"{len(rows) - len(kept)} sample(s) with no measured time left out of "
+            f"{', '.join(names)}"
+        )
+    if len(kept) < len(names):
+        raise ValueError(
+            f"need at least {len(names)} samples with a positive time to fit "
+            f"{', '.join(names)}; got {len(kept)}"
+        )
+    rows = [tuple(v / t for v in r) for r, t in kept]
+    y = [1.0] * len(kept)
     active = list(range(len(names)))
     while True:
         sub = [[r[j] for j in active] for r in rows]

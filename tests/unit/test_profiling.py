@@ -28,20 +28,23 @@ ALL = P.FULL_PREFILL_TOKENS
 
 
 @pytest.mark.parametrize(
-    ("quick", "cap", "ctx", "min_extra", "lengths", "pairs"),
+    ("quick", "cap", "ctx", "min_extra", "min_prompt", "lengths", "pairs"),
     [
-        (False, 3000, 8192, 0, (*ALL[:5], 3000), P.FULL_CACHED_PAIRS),
-        (False, 5000, 4096, 0, ALL, P.FULL_CACHED_PAIRS),
-        (False, 3000, 2048, 0, (*ALL[:4], 2047), ((1024, 512),)),
-        (False, 3000, 8192, 600, (*ALL[:5], 3000), ((1024, 600), (1024, 1024), (2048, 600))),
-        (False, 3000, 8192, 1024, (*ALL[:5], 3000), ((1024, 1024),)),
-        (True, 3000, 8192, 256, (64, 512, 2048), ((1024, 512),)),
-        (True, 1000, 8192, 0, (64, 512, 1000), ()),
+        (False, 3000, 8192, 0, 0, (*ALL[:5], 3000), P.FULL_CACHED_PAIRS),
+        (False, 5000, 4096, 0, 0, ALL, P.FULL_CACHED_PAIRS),
+        (False, 3000, 2048, 0, 0, (*ALL[:4], 2047), ((1024, 512),)),
+        (False, 3000, 8192, 600, 0, (*ALL[:5], 3000), ((1024, 600), (1024, 1024), (2048, 600))),
+        (False, 3000, 8192, 1024, 0, (*ALL[:5], 3000), ((1024, 1024),)),
+        (True, 3000, 8192, 256, 0, (64, 512, 2048), ((1024, 512),)),
+        (True, 1000, 8192, 0, 0, (64, 512, 1000), ()),
+        # deploy/local.yaml's cold threshold: 64-token prompts would prefill on decode
+        (False, 3000, 8192, 0, 128, (128, *ALL[1:5], 3000), P.FULL_CACHED_PAIRS),
+        (True, 3000, 8192, 0, 600, (600, 2048), ((1024, 512),)),
     ],
 )
-def test_make_plan_caps_and_filters(quick, cap, ctx, min_extra, lengths, pairs) -> None:  # type: ignore[no-untyped-def]
+def test_make_plan_caps_and_filters(quick, cap, ctx, min_extra, min_prompt, lengths, pairs) -> None:  # type: ignore[no-untyped-def]
     plan = P.make_plan(quick=quick, repeats=2, max_prompt_tokens=cap, max_model_len_tokens=ctx,
-                       min_extra_tokens=min_extra)  # fmt: skip
+                       min_extra_tokens=min_extra, min_prompt_tokens=min_prompt)  # fmt: skip
     assert plan.prefill_tokens == lengths
     assert plan.cached_pairs == pairs
     batch = sum(b + 1 for b in plan.decode_batch_sizes) * len(plan.decode_prompt_tokens)

@@ -112,3 +112,29 @@ def test_fit_without_samples_keeps_base() -> None:
 def test_fit_rejects_undetermined_samples(samples: list[PrefillSample], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         CostModel.fit(samples, [])
+
+
+def test_fit_keeps_short_prompts_in_relative_error_when_long_ones_run_slow() -> None:
+    """Profile-shaped samples: three repeats per length at +-15 %, and the longest prompts
+    20 % slower on top (a busy host phase). Least squares on seconds would let the 3,072-token
+    samples lift the intercept, and a 50-token prompt would come out about 1.55x its time; on
+    relative residuals every length stays near its own samples."""
+    true = CostModel(fixed_overhead_s=0.004, per_token_s=2e-5, per_token_sq_s=1.3e-8)
+    samples = [
+        PrefillSample(u, 0, true.est_prefill_s(u, 0) * f * (1.2 if u == 3072 else 1.0))
+        for u in (128, 256, 512, 1024, 2048, 3072)
+        for f in (0.85, 1.0, 1.15)
+    ]
+    model = CostModel.fit(samples, []).model
+    for u, tol in ((50, 0.06), (128, 0.05), (256, 0.06), (1024, 0.06)):
+        assert model.est_prefill_s(u, 0) / true.est_prefill_s(u, 0) == pytest.approx(1, abs=tol)
+
+
+def test_fit_leaves_out_samples_with_no_time_and_says_so() -> None:
+    samples = [PrefillSample(u, 0, 0.01 + 1e-5 * u) for u in (100, 200, 400)]
+    result = CostModel.fit([*samples, PrefillSample(800, 0, 0.0)], [])
+    assert result.model.fixed_overhead_s == pytest.approx(0.01)
+    assert result.model.per_token_s == pytest.approx(1e-5)
+    assert any("1 sample(s) with no measured time" in n for n in result.notes)
+    with pytest.raises(ValueError, match="with a positive time"):
+        CostModel.fit([*samples[:2], PrefillSample(800, 0, 0.0)], [])

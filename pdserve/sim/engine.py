@@ -73,10 +73,14 @@ class Seq:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """A planned engine step: (sequence, tokens it computes) and its duration."""
+    """A planned engine step: (sequence, tokens it computes), its idle duration, and the part
+    of that duration its prompt tokens' per-token and attention terms make up (what
+    `prefill_step_factor` slows under load; the step's fixed costs and its decoding
+    sequences are not in it)."""
 
     work: tuple[tuple[Seq, int], ...]
     duration_s: float
+    prompt_tokens_s: float = 0.0
 
     @property
     def prefill_tokens(self) -> int:
@@ -143,7 +147,16 @@ class SimEngine:
             budget -= n
         if not work:
             return None
-        return Step(tuple(work), self._duration(work))
+        return Step(tuple(work), self._duration(work), self._prompt_tokens_s(work))
+
+    def _prompt_tokens_s(self, work: list[tuple[Seq, int]]) -> float:
+        """The chunks' per-token and attention terms of `_duration` (prompt work alone)."""
+        cost = self._cost
+        return sum(
+            cost.per_token_s * n + cost.per_token_sq_s * n * (n / 2 + seq.computed)
+            for seq, n in work
+            if seq.prefilling
+        )
 
     def _duration(self, work: list[tuple[Seq, int]]) -> float:
         """Step time: the step's base (decode_base_s) once, each prompt's remaining fixed

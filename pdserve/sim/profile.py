@@ -94,11 +94,13 @@ class SimProfile(StrictModel):
         gt=0,
         le=4,
         description=(
-            "How much longer an engine step that computes prompt tokens takes under load than "
-            "the cost model's idle time (a factor on the whole step, the sequences it decodes "
-            "beside the prompt included; the step extra comes on top). On a CPU host a "
-            "prompt's matrix work shares the caches and memory bandwidth with the other "
-            "engines and the serving layer, which the idle profile had to itself. "
+            "How much longer the prompt tokens an engine step computes take under load than "
+            "the cost model's idle time: a factor on their per-token and attention terms, not "
+            "on the step's fixed costs or the sequences it decodes beside them (the step "
+            "extra comes on top). On a CPU host a prompt's matrix work shares the caches and "
+            "memory bandwidth with the other engines and the serving layer, which the idle "
+            "profile had to itself; a short prompt's step is mostly fixed cost, and measured "
+            "as fast under load as idle. "
             "Fitted so the simulated prefill stage's median is a measured run's (1 = the "
             "cost model alone)."
         ),

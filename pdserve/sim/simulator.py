@@ -25,8 +25,9 @@ log-normally (`host_contention`, `serving_jitter_sigma`; the KV transfer spreads
 only waits for the prefill engine's step, it does not stretch); the decode path's hops spread
 too (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
 token); all fitted from a measured run's timeline. Every engine step takes
-`engine_step_extra_s` on top of the cost model's time (the run's loaded step time; a step that
-computes prompt tokens takes `prefill_step_factor` times the cost model's time first), and
+`engine_step_extra_s` on top of the cost model's time (the run's loaded step time; the prompt
+tokens a step computes take `prefill_step_factor` times their per-token and attention terms
+first, the step's fixed costs and decoding sequences as idle), and
 then runs at the host's speed of the moment (`step_speed_sigma`: one log-normal factor per
 STEP_SPEED_PERIOD_S window of the clock, shared by every engine), so a whole short stream can
 decode fast or slow, and a prompt prefill fast or slow, as on a shared host.
@@ -463,8 +464,8 @@ class Simulation:
             if seq.scheduled_s is None:
                 seq.scheduled_s = self._now
         self._steps[engine_id] = step
-        factor = self._profile.prefill_step_factor if step.prefill_tokens else 1.0
-        seconds = step.duration_s * factor + self._profile.engine_step_extra_s
+        slower_s = step.prompt_tokens_s * (self._profile.prefill_step_factor - 1)
+        seconds = step.duration_s + slower_s + self._profile.engine_step_extra_s
         seconds *= self._step_speed()
         end = self._now + seconds * (1 + sharing)
         self._step_end[engine_id] = end

@@ -23,8 +23,9 @@ from tests.unit.sim.test_against_measurements import (
 
 RUN_F = "mixed-3way-600-run-f.json"
 RUN_G = "mixed-3way-run-g.json"
-OUTSIDE_F = {("1p1d", "long", "ttft_p99_s"), ("aggregated", "long", "ttft_p50_s")}
-"""Run F fitted on its own 1P1D: little stalling fitted (0.5 per second of 5 ms); the short
+OUTSIDE_F = {("2p1d", "long", "ttft_p99_s"), ("aggregated", "long", "ttft_p50_s")}
+"""Run F fitted on its own 1P1D: 16 of 18, aggregated's long TTFT p50 (1.39) and 2P1D's long
+TTFT p99 (0.68) out; little stalling fitted (0.25 per second of 5 ms); the short
 requests' TTFT p99s hold with the serving layer's intake holding up those a burst lands on
 (0.51-0.59 of measured without it). The ITL p50s hold: the host's speed (`step_speed_sigma`)
 lets some 32-token streams decode within one 50 ms stream interval and go in two chunks, as measured
@@ -32,13 +33,12 @@ lets some 32-token streams decode within one 50 ms stream interval and go in two
 0.68-0.69 of measured)."""
 OUTSIDE_G = {
     ("aggregated", "short", "ttft_p99_s"), ("aggregated", "long", "ttft_p50_s"),
-    ("1p1d", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p50_s"),
-    ("2p1d", "short", "ttft_p99_s"),
+    ("1p1d", "long", "ttft_p99_s"), ("2p1d", "short", "ttft_p99_s"),
 }  # fmt: skip
 """Run G, predicted with run F's fit: aggregated's and 2P1D's short TTFT p99s were 0.21 s
 against a p50 of 15-18 ms (a handful of requests 14x slower than the rest), far beyond the
-model's (0.14 of measured); the short TTFT p50s of 1P1D and 2P1D and aggregated's long one
-come out 1.15-1.21."""
+model's (0.13 of measured); aggregated's long TTFT p50 comes out 1.20 and 1P1D's long TTFT p99
+0.70."""
 
 
 @functools.cache
@@ -65,7 +65,7 @@ def _rows(run: str) -> Rows:
 def test_run_f_fitted_on_its_own_1p1d() -> None:
     rows = _rows(RUN_F)
     assert_outside(rows, OUTSIDE_F)
-    fitted = _profile_f()  # the streams' tails needed little stalling: 0.5 per second of 5 ms
+    fitted = _profile_f()  # the streams' tails needed little stalling: 0.25 per second of 5 ms
     assert fitted.host_stall_rate_per_s * fitted.host_stall_median_s <= 0.005
 
 

@@ -34,14 +34,14 @@ SHORT_P99S = {(d, "short", "ttft_p99_s") for d in LAYOUTS}
 OUTSIDE = {
     "from_q": SHORT_P99S,
     "own": {
-        ("aggregated", "short", "ttft_p50_s"), ("aggregated", "long", "ttft_p50_s"),
-        ("1p1d", "short", "ttft_p50_s"),
+        ("aggregated", "short", "ttft_p99_s"), ("aggregated", "long", "ttft_p50_s"),
+        ("2p1d", "long", "ttft_p50_s"),
     },
 }  # fmt: skip
-"""With run Q's fit: 15 of 18, the short-request TTFT p99s too low (0.54-0.67; 0.34-0.42 before
+"""With run Q's fit: 15 of 18, the short-request TTFT p99s too low (0.50-0.62; 0.34-0.42 before
 the serving layer's intake was modelled, the prediction as made). Run R's own 1P1D fit: 15,
-three TTFT p50s 1.15-1.21 of measured (aggregated's short and long, 1P1D's short); its TTFT
-p99s all hold."""
+the long-prompt TTFT p50s of aggregated and 2P1D (1.23, 1.16) and aggregated's short TTFT p99
+(0.61)."""
 LANDS_WITHIN_S = 0.05
 """A short request 'a burst lands on': a long prompt is sent within this long after it."""
 
@@ -61,14 +61,15 @@ def test_run_r_predicted_beforehand_with_run_q_s_fit_and_by_its_own_fit() -> Non
         assert_outside(_rows(how), expected, f"{how}: ")
 
 
-def test_every_median_predicted_beforehand_is_within_5_percent() -> None:
-    """Run Q's fit, from another workload, predicted every bounded p50 (TTFT of both classes,
-    ITL) of the three layouts within 5 % (0.96-1.03), a third of the issue's bound."""
+def test_every_median_predicted_beforehand_is_within_7_percent() -> None:
+    """Run Q's fit, from another workload, predicts every bounded p50 (TTFT of both classes,
+    ITL) of the three layouts within 7 % (0.94-0.99; the prediction as made, 0.96-1.03), half
+    the issue's bound."""
     rows = _rows("from_q")
     for dep in LAYOUTS:
         for scope, field in BOUNDED:
             if field.endswith("p50_s"):
-                assert abs(_ratio(rows, dep, scope, field) - 1) <= 0.05, (dep, scope, field)
+                assert abs(_ratio(rows, dep, scope, field) - 1) <= 0.07, (dep, scope, field)
 
 
 def _landed_on(sent_s: float, longs_sent_s: list[float]) -> bool:
@@ -112,10 +113,10 @@ def test_the_short_requests_a_burst_lands_on_are_the_slow_ones_measured_and_simu
     1.3x the others' TTFT at the median and more: the burst's prompts enter the serving layer
     (router, Ray Serve, the replicas' front ends, on the engines' two cores) while the short
     request is in flight. The model's intake holds their first chunk up (with run Q's fit:
-    1.9-2.1x the others' median, against 1.3-1.8x measured; 1.12-1.64 of the measured median
+    1.8-2.1x the others' median, against 1.3-1.8x measured; 1.03-1.29 of the measured median
     of those 28, 1P1D's the highest); before it, their simulated median was the others'.
-    Their measured tail is longer still (p90 123-154 ms against 82-84 simulated, even with
-    each prompt's intake spread), so the predicted short p99 stays 0.54-0.67 of measured."""
+    Their measured tail is longer still (p90 123-155 ms against 77-81 simulated, even with
+    each prompt's intake spread), so the predicted short p99 stays 0.50-0.62 of measured."""
     for dep in LAYOUTS:
         landed, rest = _measured_short_ttfts(dep)
         slowest = sorted(landed + rest)[-3:]
@@ -125,7 +126,7 @@ def test_the_short_requests_a_burst_lands_on_are_the_slow_ones_measured_and_simu
         assert len(sim_landed) == RUNS * len(landed) // 2, dep  # 14 per round, both ways
         assert statistics.median(sim_landed) >= 1.3 * statistics.median(sim_rest), dep
         ratio = statistics.median(sim_landed) / statistics.median(landed)
-        assert 1 / 1.5 <= ratio <= 1.75, (dep, ratio)
+        assert 1 / 1.5 <= ratio <= 1.5, (dep, ratio)
         assert _p90(sim_landed) < _p90(landed), dep  # the model's tail is still the thinner
 
 

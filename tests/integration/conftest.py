@@ -30,7 +30,10 @@ from pdserve.model_source import resolve_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROUTER_PORT = 18000
-REFERENCE_PORT = 18100
+REFERENCE_PORT = 14100
+"""The plain vLLM server the parity tests compare against: outside the engines' NIXL side-channel
+and KV-event ports (15600-18596: base + a hash of the replica id), which a cluster running
+beside it may hold, and outside Ray's worker ports (20000-29999)."""
 RAY_PORT = 6391
 RAY_METRICS_PORT = 8082  # outside Ray worker ports (10002-19999)
 START_TIMEOUT_S = 600

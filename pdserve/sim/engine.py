@@ -80,7 +80,7 @@ class Step:
 
     work: tuple[tuple[Seq, int], ...]
     duration_s: float
-    prompt_tokens_s: float = 0.0
+    prompt_tokens_s: float
 
     @property
     def prefill_tokens(self) -> int:
@@ -147,7 +147,8 @@ class SimEngine:
             budget -= n
         if not work:
             return None
-        return Step(tuple(work), self._duration(work), self._prompt_tokens_s(work))
+        prompt_s = self._prompt_tokens_s(work)
+        return Step(tuple(work), self._duration(work, prompt_s), prompt_s)
 
     def _prompt_tokens_s(self, work: list[tuple[Seq, int]]) -> float:
         """The chunks' per-token and attention terms of `_duration` (prompt work alone)."""
@@ -158,21 +159,17 @@ class SimEngine:
             if seq.prefilling
         )
 
-    def _duration(self, work: list[tuple[Seq, int]]) -> float:
+    def _duration(self, work: list[tuple[Seq, int]], prompt_s: float) -> float:
         """Step time: the step's base (decode_base_s) once, each prompt's remaining fixed
         cost (fixed_overhead_s - decode_base_s) with its first chunk, the chunks' token and
-        attention terms, and the decoding sequences' per-sequence and context terms. A
+        attention terms (`prompt_s`, from `_prompt_tokens_s`), and the decoding sequences'
+        per-sequence and context terms. A
         prompt alone thus costs est_prefill_s, a decode step alone est_decode_step_s."""
         cost = self._cost
-        seconds = cost.decode_base_s
         per_prompt_s = max(0.0, cost.fixed_overhead_s - cost.decode_base_s)
+        seconds = cost.decode_base_s + prompt_s
+        seconds += per_prompt_s * sum(1 for seq, _ in work if seq.prefilling and not seq.started)
         decoding = [s for s, _ in work if not s.prefilling]
-        for seq, n in work:
-            if seq.prefilling:
-                before = seq.computed
-                seconds += cost.per_token_s * n + cost.per_token_sq_s * n * (n / 2 + before)
-                if not seq.started:
-                    seconds += per_prompt_s
         if decoding:
             context = sum(s.computed + s.generated for s in decoding)
             seconds += (

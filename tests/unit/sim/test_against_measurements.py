@@ -90,6 +90,7 @@ def fit_on_1p1d(run: str, idle: SimProfile) -> SimProfile:
     )
 
 
+@functools.cache
 def own_or_carried_fit(run: str, idle: pathlib.Path, how: str, fitted: pathlib.Path) -> SimProfile:
     """The profile a recorded `run` is predicted with: `how` "own", its idle profile with the
     serving layer fitted on its own 1P1D; otherwise the `fitted` profile (another run's fit, as
@@ -110,6 +111,13 @@ def predicted_rows(run: str, profile: SimProfile, *, count_open_streams: bool) -
         for n, lay in LAYOUTS.items()
     ]
     return {(r.deployment, r.scope, r.field): r for r in compare(predictions, report)}
+
+
+@functools.cache
+def own_or_carried_rows(run: str, idle: pathlib.Path, how: str, fitted: pathlib.Path) -> Rows:
+    """`predicted_rows` of a run recorded since the router counts its open streams (run I on),
+    with `own_or_carried_fit`'s profile."""
+    return predicted_rows(run, own_or_carried_fit(run, idle, how, fitted), count_open_streams=True)
 
 
 @functools.cache

@@ -7,7 +7,6 @@ requests a burst lands on are the slowest of their class, measured, and the mode
 
 from __future__ import annotations
 
-import functools
 import statistics
 
 from pdserve.bench.report import RequestResult
@@ -24,7 +23,7 @@ from tests.unit.sim.test_against_measurements import (
     _report,
     assert_outside,
     own_or_carried_fit,
-    predicted_rows,
+    own_or_carried_rows,
 )
 
 RUN_R = "mixed-3way-600-run-r.json"
@@ -46,14 +45,12 @@ LANDS_WITHIN_S = 0.05
 """A short request 'a burst lands on': a long prompt is sent within this long after it."""
 
 
-@functools.cache
 def _prof(how: str) -> SimProfile:
     return own_or_carried_fit(RUN_R, IDLE_R, how, FIT_Q)
 
 
-@functools.cache
 def _rows(how: str) -> Rows:
-    return predicted_rows(RUN_R, _prof(how), count_open_streams=True)
+    return own_or_carried_rows(RUN_R, IDLE_R, how, FIT_Q)
 
 
 def test_run_r_predicted_beforehand_with_run_q_s_fit_and_by_its_own_fit() -> None:

@@ -8,8 +8,6 @@ too high."""
 
 from __future__ import annotations
 
-import functools
-
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
@@ -17,8 +15,7 @@ from tests.unit.sim.test_against_measurements import (
     Rows,
     _ratio,
     assert_outside,
-    own_or_carried_fit,
-    predicted_rows,
+    own_or_carried_rows,
 )
 
 RUN_S = "mixed-3way-600-run-s.json"
@@ -32,14 +29,8 @@ TTFT p50s 1.75-2.06, two long-prompt TTFT p50s 1.15-1.19 and 2P1D's ITL p99 1.36
 1P1D fit: 15, the short TTFT p50s 1.35-1.60."""
 
 
-@functools.cache
-def _prof(how: str) -> SimProfile:
-    return own_or_carried_fit(RUN_S, IDLE_S, how, FIT_R)
-
-
-@functools.cache
 def _rows(how: str) -> Rows:
-    return predicted_rows(RUN_S, _prof(how), count_open_streams=True)
+    return own_or_carried_rows(RUN_S, IDLE_S, how, FIT_R)
 
 
 def test_run_s_predicted_beforehand_with_run_r_s_fit_and_by_its_own_fit() -> None:

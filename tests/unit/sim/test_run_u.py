@@ -9,8 +9,6 @@ prefill intercept, which the profile measures on the prefill engine's path."""
 
 from __future__ import annotations
 
-import functools
-
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
@@ -19,8 +17,7 @@ from tests.unit.sim.test_against_measurements import (
     _ratio,
     _report,
     assert_outside,
-    own_or_carried_fit,
-    predicted_rows,
+    own_or_carried_rows,
 )
 
 RUN_U = "mixed-3way-600-run-u.json"
@@ -41,14 +38,8 @@ disaggregated TTFT p99s 1.31-1.61, 1P1D's long TTFT p50 1.26). Run U's own 1P1D 
 short TTFT p50s 1.16-1.30."""
 
 
-@functools.cache
-def _prof(how: str) -> SimProfile:
-    return own_or_carried_fit(RUN_U, IDLE_U, how, FIT_R)
-
-
-@functools.cache
 def _rows(how: str) -> Rows:
-    return predicted_rows(RUN_U, _prof(how), count_open_streams=True)
+    return own_or_carried_rows(RUN_U, IDLE_U, how, FIT_R)
 
 
 def test_run_u_predicted_beforehand_with_run_r_s_fit_and_by_its_own_fit() -> None:

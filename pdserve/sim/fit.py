@@ -322,8 +322,8 @@ def _prefill_step_factor(
     profile's factor when the run or the simulation has no prefill stage.
 
     The factor slows only the prompt tokens' terms, not the stage's fixed costs, so three
-    ratio rounds stop short of an exact match when those costs are a large share. A secant
-    update that matched it (tried 2026-12-04) chased the pooled p50's noise instead: run R's
+    ratio rounds need not reach an exact match when those costs are a large share. A secant
+    update, meant to reach it (tried 2026-12-04), chased the pooled p50's noise instead: run R's
     factor came out 2.17 against 1.76, and over 15 runs' own fits it held 214 cells against
     216, with other runs' fits 157 against 170."""
     stage = (measured.stages or {}).get("prefill")

@@ -99,8 +99,8 @@ class SimProfile(StrictModel):
             "on the step's fixed costs or the sequences it decodes beside them (the step "
             "extra comes on top). On a CPU host a prompt's matrix work shares the caches and "
             "memory bandwidth with the other engines and the serving layer, which the idle "
-            "profile had to itself; a short prompt's step is mostly fixed cost, and measured "
-            "as fast under load as idle. "
+            "profile had to itself; a short prompt's step is mostly fixed cost, and on run T "
+            "it measured about as fast under load as idle. "
             "Fitted so the simulated prefill stage's median is a measured run's (1 = the "
             "cost model alone)."
         ),

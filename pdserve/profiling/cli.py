@@ -14,7 +14,7 @@ import json
 import os
 import pathlib
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -29,6 +29,9 @@ from pdserve.profiling.plan import ProfilePlan, make_plan
 from pdserve.profiling.samples import ProfileError
 from pdserve.profiling.yaml_edit import rounded, snippet, update_config_text, write_atomic
 from pdserve.router.policy.cost_model import CostModel, FitResult
+
+if TYPE_CHECKING:
+    from pdserve.sim.profile import SimProfile
 
 
 def profile(
@@ -123,6 +126,7 @@ def profile(
             new=new,
             notes=fit.notes,
             skipped_local_prefills=measured.skipped_local_prefills,
+            local_prefill=measured.local_prefill,
         )
         try:
             json_path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -159,7 +163,9 @@ def _write_sim_profile(
 
     source = f"pdserve profile of {url} on {datetime.date.today().isoformat()}"
     try:
-        prof = fit_sim_profile(model, measured.serving, source=source)
+        prof = fit_sim_profile(
+            model, measured.serving, source=source, local_prefill=measured.local_prefill
+        )
         if cpu:
             prof = prof.model_copy(update={"host_cores": len(os.sched_getaffinity(0))})
         path.write_text(prof.model_dump_json(indent=2) + "\n")
@@ -173,6 +179,24 @@ def _write_sim_profile(
         f"simulator profile written to {path} (hop {prof.hop_s * 1e3:.1f} ms, router "
         f"{prof.router_s * 1e3:.1f} ms, KV transfer {prof.kv_transfer_fixed_s * 1e3:.1f} ms + "
         f"{prof.cost_model.kv_transfer_per_token_s * 1e6:.2f} us/token)"
+    )
+    if prof.local_prefill_fixed_s is not None:
+        console.print(_local_prefill_line(prof, measured))
+
+
+def _local_prefill_line(prof: SimProfile, measured: Measurements) -> str:
+    """How a prompt's fixed cost on its decode engine compares with the prefill pool's."""
+    from pdserve.sim.fit import local_prefill_fixed_s
+
+    alone = [s for s in measured.local_prefill if s.batch_size == 0]
+    beside = len(measured.local_prefill) - len(alone)
+    alone_s = local_prefill_fixed_s(prof.cost_model, alone)
+    alone_text = f"; alone on the engine {alone_s * 1e3:.1f} ms" if beside and alone_s else ""
+    used = f"{beside} joining a decode batch" if beside else f"{len(alone)} alone"
+    return (
+        f"a prompt's fixed cost: {(prof.local_prefill_fixed_s or 0) * 1e3:.1f} ms prefilled on "
+        f"its decode engine ({used}{alone_text}), "
+        f"{prof.cost_model.fixed_overhead_s * 1e3:.1f} ms on the prefill pool"
     )
 
 

@@ -22,8 +22,10 @@ from pdserve.bench.sse import aiter_events, error_message, read_chunk
 from pdserve.profiling.plan import ProfilePlan, decode_batch_prompts, random_tokens
 from pdserve.profiling.samples import (
     DecodeBatch,
+    LocalPrefillSample,
     ProfileError,
     ServingSample,
+    local_prefill_sample,
     prefill_sample,
     serving_sample,
     tpot_s,
@@ -37,13 +39,15 @@ Progress = Callable[[str], None]
 
 @dataclass
 class Measurements:
-    """What one run measured. `skipped_local_prefills`: requests the router prefilled on the
-    decode engine (no prefill stage to read)."""
+    """What one run measured. `skipped_local_prefills`: requests meant for the prefill line
+    that the router prefilled on the decode engine (no prefill stage to read)."""
 
     prefill: list[PrefillSample] = field(default_factory=list)
     batches: list[DecodeBatch] = field(default_factory=list)
     serving: list[ServingSample] = field(default_factory=list)
     """The serving stages around each measured remote prefill (for the simulator)."""
+    local_prefill: list[LocalPrefillSample] = field(default_factory=list)
+    """The plan's local prefills: the decode engine's first step of each (for the simulator)."""
     skipped_local_prefills: int = 0
 
 
@@ -119,10 +123,13 @@ class Profiler:
                 full = prefix + random_tokens(self._rng, extra)
                 self._add(out, await self._complete(http, full))
                 self._progress(f"prefill {extra} after {prefix_len} cached")
+            for n in plan.local_prefill_tokens:
+                await self._complete(http, random_tokens(self._rng, n), out, local=True)
+                self._progress(f"local prefill {n} tokens")
         for _ in range(plan.repeats):
             for length in plan.decode_prompt_tokens:
                 for b in plan.decode_batch_sizes:
-                    out.batches.append(await self._decode_batch(http, b, length))
+                    out.batches.append(await self._decode_batch(http, b, length, out))
         return out
 
     @staticmethod
@@ -148,24 +155,72 @@ class Profiler:
             self.model = str(data[0]["id"])
 
     async def _complete(
-        self, http: httpx.AsyncClient, prompt: list[int], out: Measurements | None = None
+        self,
+        http: httpx.AsyncClient,
+        prompt: list[int],
+        out: Measurements | None = None,
+        *,
+        local: bool = False,
+        beside: tuple[int, int] = (0, 0),
     ) -> PrefillSample | None:
-        """One prefill (max_tokens 1); with `out`, its serving stages are recorded too."""
+        """One prefill (max_tokens 1); with `out`, its serving stages are recorded too, and
+        with `local` (a prompt under the cold threshold) its local prefill instead, sent while
+        `beside` = (streams, context tokens) decode: ProfileError when the router prefilled it
+        remotely after all."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
         resp = await http.post("/v1/completions", json=body)
         _raise_for_status(resp, "/v1/completions")
         data = resp.json()
+        if local and out is not None:
+            sample = local_prefill_sample(resp.headers, data, len(prompt), beside=beside)
+            if sample is None:
+                raise ProfileError(
+                    f"a fresh {len(prompt)}-token prompt, under the config's "
+                    "local_prefill_max_cold_tokens, was not prefilled on the decode engine: "
+                    "does --config match the running cluster?"
+                )
+            out.local_prefill.append(sample)
+            return None
         if out is not None:
             serving = serving_sample(resp.headers, data, len(prompt))
             if serving is not None:
                 out.serving.append(serving)
         return prefill_sample(resp.headers, data, len(prompt))
 
-    async def _decode_batch(self, http: httpx.AsyncClient, b: int, length: int) -> DecodeBatch:
+    async def _local_beside(
+        self,
+        http: httpx.AsyncClient,
+        out: Measurements,
+        decoding: asyncio.Event,
+        streams: asyncio.Future[Any],
+        beside: tuple[int, int],
+    ) -> None:
+        """Once a stream of the batch has its second chunk (the batch is decoding, past the
+        burst of its first chunks; the router sends a chunk per stream batch interval, a
+        quarter or so of the tokens), one local prefill of the plan's middle local length
+        joins it; nothing when the streams end first."""
+        started = asyncio.ensure_future(decoding.wait())
+        await asyncio.wait({started, streams}, return_when=asyncio.FIRST_COMPLETED)
+        if not decoding.is_set():
+            started.cancel()
+            return
+        lengths = self.plan.local_prefill_tokens
+        n = lengths[len(lengths) // 2]
+        await self._complete(http, random_tokens(self._rng, n), out, local=True, beside=beside)
+        self._progress(f"local prefill {n} beside B={beside[0]}")
+
+    async def _decode_batch(
+        self, http: httpx.AsyncClient, b: int, length: int, out: Measurements | None = None
+    ) -> DecodeBatch:
         prefix, prompts = decode_batch_prompts(self._rng, b, length)
         await self._complete(http, prefix)  # cache the shared prefix: short prefills below
         self._progress(f"decode B={b} L={length}")
-        streams = await asyncio.gather(*(self._stream(http, p, b, length) for p in prompts))
+        decoding = asyncio.Event()
+        gathered = asyncio.gather(*(self._stream(http, p, b, length, decoding) for p in prompts))
+        if self.plan.local_prefill_tokens and out is not None:
+            context = b * (length + self.plan.decode_output_tokens // 4)
+            await self._local_beside(http, out, decoding, gathered, (b, context))
+        streams = await gathered
         if all(s.client_tpot_s is None for s in streams):
             raise ProfileError(
                 f"decode batch B={b} L={length}: no stream returned two or more tokens "
@@ -180,8 +235,14 @@ class Profiler:
         )
 
     async def _stream(
-        self, http: httpx.AsyncClient, prompt: list[int], b: int, length: int
+        self,
+        http: httpx.AsyncClient,
+        prompt: list[int],
+        b: int,
+        length: int,
+        decoding: asyncio.Event | None = None,
     ) -> _Stream:
+        """One decode stream; sets `decoding` at its second chunk."""
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt,
@@ -205,6 +266,8 @@ class Profiler:
                     last = time.perf_counter()
                     first = first if first is not None else last
                     chunks += 1
+                    if decoding is not None and chunks >= 2:
+                        decoding.set()
                 if chunk.usage is not None:
                     tokens = chunk.usage.completion_tokens
                     timing = json.loads(event.data).get("pdserve_timing") or {}

@@ -1,7 +1,8 @@
 """What `pdserve profile` measures, and the token-id prompts it sends (pure).
 
 Prefill: one request at a time, `max_tokens` 1, prompts of random token ids (no prefix-cache
-hits), then pairs that reuse a cached prefix (prompt P, then P + extra). Decode: batches of B
+hits), then pairs that reuse a cached prefix (prompt P, then P + extra), then fresh prompts
+short enough for the router to prefill on the decode engine (local prefills). Decode: batches of B
 concurrent streams of `decode_output_tokens` tokens over prompts of L tokens.
 """
 
@@ -12,6 +13,10 @@ from dataclasses import dataclass
 
 FULL_PREFILL_TOKENS = (64, 256, 512, 1024, 2048, 3072)
 QUICK_PREFILL_TOKENS = (64, 512, 2048)
+LOCAL_PREFILL_TOKENS = (32, 64, 96)
+"""Fresh prompts under the router's cold local-prefill threshold, prefilled on the decode
+engine: their first step gives the fixed cost of a prompt an engine prefills for itself. Each
+is sent alone, and the middle one again beside every decode batch, once its streams decode."""
 FULL_CACHED_PAIRS = ((1024, 512), (1024, 1024), (2048, 512))
 QUICK_CACHED_PAIRS = ((1024, 512),)
 FULL_BATCH_SIZES = (1, 4, 8, 16)
@@ -40,13 +45,20 @@ class ProfilePlan:
     decode_output_tokens: int
     repeats: int
     warmup_requests: int = WARMUP_REQUESTS
+    local_prefill_tokens: tuple[int, ...] = ()
+    """Fresh prompts the router prefills on the decode engine (under its cold threshold)."""
 
     def num_requests(self) -> int:
         """HTTP completions the run sends (the progress bar's total): warm-up, prefill
-        requests, two per cached pair, and per decode batch B streams plus one that caches
-        the batch's shared prefix."""
-        prefill = len(self.prefill_tokens) + 2 * len(self.cached_pairs)
-        decode = sum(b + 1 for b in self.decode_batch_sizes) * len(self.decode_prompt_tokens)
+        requests, two per cached pair, the local prefills, and per decode batch B streams plus
+        one that caches the batch's shared prefix (and one local prefill that joins them)."""
+        prefill = (
+            len(self.prefill_tokens) + 2 * len(self.cached_pairs) + len(self.local_prefill_tokens)
+        )
+        beside = 1 if self.local_prefill_tokens else 0  # a local prefill joins each batch
+        decode = sum(b + 1 + beside for b in self.decode_batch_sizes) * len(
+            self.decode_prompt_tokens
+        )
         return self.warmup_requests + self.repeats * (prefill + decode)
 
 
@@ -69,8 +81,11 @@ def make_plan(
     pair's extra is raised to at least
     `min_extra_tokens` (the router's local-prefill threshold: fewer uncached tokens would be
     prefilled on the decode engine, which reports no prefill stage); pairs that then exceed
-    the cap are dropped. Decode prompts that do not fit (cap, or context minus the output
-    tokens) are dropped. Raises ValueError for repeats < 1 or a cap under 128 tokens.
+    the cap are dropped. Local prefills: the LOCAL_PREFILL_TOKENS under `min_prompt_tokens`
+    (or one prompt of `min_prompt_tokens` - 1 when none is; none when it is 0 or 1, the
+    router then prefills every fresh prompt remotely). Decode prompts that do not fit (cap, or
+    context minus the output tokens) are dropped. Raises ValueError for repeats < 1 or a cap
+    under 128 tokens.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -84,6 +99,9 @@ def make_plan(
         for p, e in (QUICK_CACHED_PAIRS if quick else FULL_CACHED_PAIRS)
     )
     pairs = tuple(dict.fromkeys((p, e) for p, e in raised if p + e <= cap))
+    local = tuple(n for n in LOCAL_PREFILL_TOKENS if n < min(min_prompt_tokens, cap))
+    if not local and min(min_prompt_tokens, cap) > 1:
+        local = (min(min_prompt_tokens, cap) - 1,)
     out = DECODE_OUTPUT_TOKENS
     decode_prompts = tuple(
         n for n in DECODE_PROMPT_TOKENS if n <= cap and n + out <= max_model_len_tokens
@@ -95,6 +113,7 @@ def make_plan(
         decode_prompt_tokens=decode_prompts,
         decode_output_tokens=out,
         repeats=repeats,
+        local_prefill_tokens=local,
     )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pdserve.profiling.samples import DecodeBatch, median_or_none
+from pdserve.profiling.samples import DecodeBatch, LocalPrefillSample, median_or_none
 from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
 
 
@@ -135,6 +135,7 @@ def report_json(
     new: CostModel,
     notes: Sequence[str],
     skipped_local_prefills: int,
+    local_prefill: Sequence[LocalPrefillSample] = (),
 ) -> dict[str, Any]:
     """The `--json` document: inputs, raw samples, both coefficient sets, errors, notes."""
     decode = [b.sample() for b in batches]
@@ -154,6 +155,7 @@ def report_json(
             for b in batches
         ],
         "skipped_local_prefills": skipped_local_prefills,
+        "local_prefill_samples": [asdict(s) for s in local_prefill],
         "old_cost_model": old.model_dump(),
         "cost_model": new.model_dump(),
         "mean_abs_rel_error": {

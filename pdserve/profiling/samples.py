@@ -158,6 +158,47 @@ def serving_sample(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LocalPrefillSample:
+    """A fresh prompt the router prefilled on the decode engine (a local prefill), from the
+    router's timing header: `first_token_s` is the decode engine's `decode_first_token` stage,
+    from scheduling the prompt to its first token, which here includes computing the prompt.
+    `batch_size` streams holding `context_tokens` in all were decoding beside it (0: it ran
+    alone), so that step also decoded them."""
+
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    first_token_s: float
+    batch_size: int = 0
+    context_tokens: int = 0
+
+
+def local_prefill_sample(
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    num_prompt_tokens: int,
+    *,
+    beside: tuple[int, int] = (0, 0),
+) -> LocalPrefillSample | None:
+    """The local prefill of one non-streaming completion, sent while `beside` = (streams,
+    their context tokens) were decoding; None when it had a remote prefill (a `prefill`
+    stage) or its timing header has no `decode_first_token`."""
+    timing = header_json(headers, TIMING_HEADER) or {}
+    if "prefill" in timing or timing.get("decode_first_token") is None:
+        return None
+    usage = body.get("usage")
+    prompt = num_prompt_tokens
+    if isinstance(usage, Mapping) and usage.get("prompt_tokens") is not None:
+        prompt = int(usage["prompt_tokens"])
+    return LocalPrefillSample(
+        num_prompt_tokens=prompt,
+        num_cached_tokens=min(cached_tokens(body, header_json(headers, DECISION_HEADER)), prompt),
+        first_token_s=float(timing["decode_first_token"]),
+        batch_size=beside[0],
+        context_tokens=beside[1],
+    )
+
+
 def median_or_none(values: Sequence[float]) -> float | None:
     """The median, or None for no values."""
     return statistics.median(values) if values else None

@@ -95,10 +95,21 @@ CacheLookup = Callable[[tuple[int, ...]], int]
 class SimEngine:
     """A simulated engine. Not thread-safe; owned by one simulation."""
 
-    def __init__(self, engine_id: str, limits: EngineLimits, cost: CostModel):
+    def __init__(
+        self,
+        engine_id: str,
+        limits: EngineLimits,
+        cost: CostModel,
+        *,
+        prompt_fixed_s: float | None = None,
+    ):
+        """`prompt_fixed_s`: a prompt's fixed cost on this engine (None = the cost model's
+        fixed_overhead_s; a decode or aggregated engine's own prompts may cost less than a
+        prefill-pool engine's, SimProfile.local_prefill_fixed_s)."""
         self.engine_id = engine_id
         self.limits = limits
         self._cost = cost
+        self._prompt_fixed_s = cost.fixed_overhead_s if prompt_fixed_s is None else prompt_fixed_s
         self.waiting: list[Seq] = []
         self.running: list[Seq] = []
         self.busy = False
@@ -161,12 +172,13 @@ class SimEngine:
 
     def _duration(self, work: list[tuple[Seq, int]], prompt_s: float) -> float:
         """Step time: the step's base (decode_base_s) once, each prompt's remaining fixed
-        cost (fixed_overhead_s - decode_base_s) with its first chunk, the chunks' token and
-        attention terms (`prompt_s`, from `_prompt_tokens_s`), and the decoding sequences'
-        per-sequence and context terms. A
-        prompt alone thus costs est_prefill_s, a decode step alone est_decode_step_s."""
+        cost (this engine's prompt fixed cost - decode_base_s) with its first chunk, the
+        chunks' token and attention terms (`prompt_s`, from `_prompt_tokens_s`), and the
+        decoding sequences' per-sequence and context terms. A prompt alone thus costs
+        est_prefill_s (with this engine's fixed cost), a decode step alone
+        est_decode_step_s."""
         cost = self._cost
-        per_prompt_s = max(0.0, cost.fixed_overhead_s - cost.decode_base_s)
+        per_prompt_s = max(0.0, self._prompt_fixed_s - cost.decode_base_s)
         seconds = cost.decode_base_s + prompt_s
         seconds += per_prompt_s * sum(1 for seq, _ in work if seq.prefilling and not seq.started)
         decoding = [s for s, _ in work if not s.prefilling]

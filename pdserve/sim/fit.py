@@ -11,7 +11,7 @@ import numpy as np
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import CLIENT_OVERHEAD, Metrics, PolicyReport, StageStats
-from pdserve.profiling.samples import ServingSample
+from pdserve.profiling.samples import LocalPrefillSample, ServingSample
 from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.layout import SimLayout
 from pdserve.sim.predict import predict, workload_requests
@@ -22,13 +22,18 @@ from pdserve.sim.workload import SimRequest
 
 
 def fit_sim_profile(
-    cost_model: CostModel, serving: Sequence[ServingSample], *, source: str
+    cost_model: CostModel,
+    serving: Sequence[ServingSample],
+    *,
+    source: str,
+    local_prefill: Sequence[LocalPrefillSample] = (),
 ) -> SimProfile:
     """The simulator profile: the fitted engine `cost_model`, plus, from the serving samples
     of an idle cluster, the router's time before dispatch (median router_queue), one hop
     (median of the prefill and decode round trips / 4), and the KV transfer as a line in the
     prompt's tokens (least squares of the decode engine's KV wait, clamped at >= 0). The
-    transfer's per-token term replaces the cost model's kv_transfer_per_token_s.
+    transfer's per-token term replaces the cost model's kv_transfer_per_token_s. With
+    `local_prefill` samples, `local_prefill_fixed_s` (`local_prefill_fixed_s`).
     Raises ValueError with fewer than 2 samples or one prompt length only."""
     if len(serving) < 2 or len({s.num_prompt_tokens for s in serving}) < 2:
         raise ValueError(
@@ -46,8 +51,39 @@ def fit_sim_profile(
         router_s=statistics.median(s.router_s for s in serving),
         hop_s=statistics.median(hops),
         kv_transfer_fixed_s=max(0.0, float(fixed)),
+        local_prefill_fixed_s=local_prefill_fixed_s(cost_model, local_prefill),
         source=source,
     )
+
+
+def local_prefill_fixed_s(
+    cost_model: CostModel, samples: Sequence[LocalPrefillSample]
+) -> float | None:
+    """The fixed cost of a prompt an engine prefills for its own decoding, in the simulator's
+    step model (engine.py: a step costs decode_base_s once, a prompt's fixed cost less that
+    base, its token terms, and the decoding streams' terms): the median over the measured
+    first steps of the step less `cost_model`'s per-token and attention terms for the prompt
+    and less its decoding streams' per-sequence and context terms. The samples taken beside
+    a decode batch are used when there are any: under load a short prompt mostly joins
+    running streams, and alone on an idle engine its step also pays the engine's wake-up.
+    Clamped at >= 0; None without samples. The per-token terms are the prefill pool's fit:
+    these prompts are too short to fit their own."""
+    if not samples:
+        return None
+    beside = [s for s in samples if s.batch_size > 0] or list(samples)
+    return max(0.0, statistics.median(_own_fixed_s(cost_model, s) for s in beside))
+
+
+def _own_fixed_s(cost_model: CostModel, sample: LocalPrefillSample) -> float:
+    """One sample's step less its prompt's token terms and its decoding streams' terms."""
+    uncached = sample.num_prompt_tokens - sample.num_cached_tokens
+    tokens_s = cost_model.est_prefill_s(uncached, sample.num_cached_tokens)
+    tokens_s -= cost_model.fixed_overhead_s
+    streams_s = 0.0
+    if sample.batch_size:
+        streams_s = cost_model.est_decode_step_s(sample.batch_size, sample.context_tokens)
+        streams_s -= cost_model.decode_base_s
+    return sample.first_token_s - tokens_s - streams_s
 
 
 Z90 = 1.2816

@@ -61,6 +61,18 @@ class SimProfile(StrictModel):
             "polling floor); the per-token term is cost_model.kv_transfer_per_token_s."
         ),
     )
+    local_prefill_fixed_s: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Fixed cost of a prompt an engine prefills for its own decoding (a decode engine's "
+            "local prefill, every prompt of an aggregated engine), in place of "
+            "cost_model.fixed_overhead_s, which is fitted on the prefill pool's prompts: a "
+            "prefill-only request also pays the KV connector's work. Measured by `pdserve "
+            "profile` on the decode engine's first step of short fresh prompts (None = "
+            "fixed_overhead_s)."
+        ),
+    )
     host_cores: int | None = Field(
         default=None,
         ge=1,
@@ -206,6 +218,12 @@ class SimProfile(StrictModel):
         description="Spread of the stall lengths (log-normal sigma; not fitted).",
     )
     source: str = Field(default="defaults", description="Where the numbers came from.")
+
+    def own_prompt_fixed_s(self) -> float:
+        """The fixed cost of a prompt prefilled on the engine that decodes it."""
+        if self.local_prefill_fixed_s is None:
+            return self.cost_model.fixed_overhead_s
+        return self.local_prefill_fixed_s
 
     def router_time_s(self, num_prompt_tokens: int) -> float:
         """The router's time before dispatching a prompt of `num_prompt_tokens` tokens."""

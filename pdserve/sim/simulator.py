@@ -125,7 +125,10 @@ class Simulation:
         self._pool_of: dict[str, PoolName] = {}
         self._group_of: dict[str, str] = {}
         for spec in layout.engines:
-            self._engines[spec.engine_id] = SimEngine(spec.engine_id, spec.limits, cost)
+            own = None if spec.pool == "prefill" else profile.own_prompt_fixed_s()
+            self._engines[spec.engine_id] = SimEngine(
+                spec.engine_id, spec.limits, cost, prompt_fixed_s=own
+            )
             self._pool_of[spec.engine_id] = spec.pool
             self._group_of[spec.engine_id] = spec.device_group
             self._index.set_capacity(

@@ -21,6 +21,7 @@ from pdserve.profiling import report as R
 from pdserve.profiling import samples as S
 from pdserve.profiling import yaml_edit as Y
 from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
+from pdserve.sim.profile import SimProfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIT = CostModel(fixed_overhead_s=0.0125, per_token_s=3.5e-05, per_token_sq_s=2e-09)
@@ -49,7 +50,22 @@ def test_make_plan_caps_and_filters(quick, cap, ctx, min_extra, min_prompt, leng
     assert plan.cached_pairs == pairs
     batch = sum(b + 1 for b in plan.decode_batch_sizes) * len(plan.decode_prompt_tokens)
     per_repeat = len(lengths) + 2 * len(plan.cached_pairs) + batch
+    beside = 1 if plan.local_prefill_tokens else 0  # one local prefill joins each batch
+    per_repeat += len(plan.local_prefill_tokens) + beside * len(plan.decode_batch_sizes) * len(
+        plan.decode_prompt_tokens
+    )
     assert plan.num_requests() == P.WARMUP_REQUESTS + 2 * per_repeat
+
+
+@pytest.mark.parametrize(
+    ("cold", "local"), [(0, ()), (1, ()), (20, (19,)), (64, (32,)), (128, (32, 64, 96))]
+)
+def test_make_plan_sends_local_prefills_under_the_cold_threshold(
+    cold: int, local: tuple[int, ...]
+) -> None:
+    plan = P.make_plan(quick=True, repeats=1, max_prompt_tokens=3000,
+                       max_model_len_tokens=8192, min_prompt_tokens=cold)  # fmt: skip
+    assert plan.local_prefill_tokens == local
 
 
 @pytest.mark.parametrize(("repeats", "cap"), [(0, 3000), (1, 100)])
@@ -250,11 +266,19 @@ def test_report_rows_group_by_inputs_and_order() -> None:
 # ---- the whole command against a mock router whose prefill times follow TRUE -------------
 
 TRUE = CostModel(fixed_overhead_s=0.015, per_token_s=4e-05, per_token_sq_s=1e-09)
+LOCAL_FIXED_S = 0.006
+"""The mock decode engine's fixed cost of a prompt it prefills itself (TRUE's is 0.015)."""
+SERVING = {"router_queue": 0.002, "prefill_hops": 0.008, "decode_hops": 0.008}
 
 
-def _router(status: int = 200, ready: int = 200, busy_host: bool = False) -> httpx.MockTransport:
+def _router(
+    status: int = 200, ready: int = 200, busy_host: bool = False, cold_tokens: int = 0
+) -> httpx.MockTransport:
     """`busy_host`: every other prefill takes 4x TRUE's time, the others a quarter (a host
-    whose other work comes and goes while it is profiled)."""
+    whose other work comes and goes while it is profiled). `cold_tokens`: the router's cold
+    local-prefill threshold: a shorter fresh prompt is prefilled on the decode engine, its
+    first step LOCAL_FIXED_S plus TRUE's token terms (the mock's streams decode in no time,
+    alone or beside a local prefill); a remote prefill reports every stage."""
     cache: set[tuple[int, ...]] = set()
     served = [0]
 
@@ -277,7 +301,16 @@ def _router(status: int = 200, ready: int = 200, busy_host: bool = False) -> htt
             text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
             headers = {**_headers({}, None), "content-type": "text/event-stream"}
             return httpx.Response(200, text=text, headers=headers)
-        timing = {"prefill": TRUE.est_prefill_s(len(ids) - cached, cached)}
+        if len(ids) - cached < cold_tokens:
+            first = LOCAL_FIXED_S + TRUE.est_prefill_s(len(ids), 0) - TRUE.fixed_overhead_s
+            timing = {"router_queue": 0.002, "decode_first_token": first, "decode_hops": 0.004}
+            return httpx.Response(200, json=usage, headers=_headers(timing, {"cached_tokens": 0}))
+        timing = {
+            **SERVING,
+            "prefill": TRUE.est_prefill_s(len(ids) - cached, cached),
+            "kv_transfer": 0.01 + 1e-6 * len(ids),
+            "decode_first_token": 0.003,
+        }
         if busy_host:
             served[0] += 1
             timing["prefill"] *= 4.0 if served[0] % 2 else 0.25
@@ -299,7 +332,7 @@ def test_profile_writes_a_validated_config_and_json(
     cfg.write_text((REPO / "deploy" / "local-2p1d.yaml").read_text())
     out = tmp_path / "p.json"
     args = ("--config", str(cfg), "--write", "--json", str(out), "--quick", "--repeats", "1")
-    result = _invoke(monkeypatch, _router(), *args)
+    result = _invoke(monkeypatch, _router(cold_tokens=128), *args)
     assert result.exit_code == 0, result.output
     written = parse_config(yaml.safe_load(cfg.read_text())).router.routing.cost_model
     for name in ("fixed_overhead_s", "per_token_s", "per_token_sq_s"):
@@ -308,7 +341,40 @@ def test_profile_writes_a_validated_config_and_json(
     assert doc["model"] == "m" and doc["cost_model"] == written.model_dump()
     assert any(s["num_cached_tokens"] == 1024 for s in doc["prefill_samples"])
     assert doc["mean_abs_rel_error"]["prefill_new"] < 1e-3
+    local = [(s["num_prompt_tokens"], s["batch_size"]) for s in doc["local_prefill_samples"]]
+    assert local == [(32, 0), (64, 0), (96, 0), (64, 1), (64, 8), (64, 1), (64, 8)]
     assert "warning" not in result.output
+
+
+def test_profile_fits_a_local_prefills_own_fixed_cost(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """The decode engine's short prompts measure their own fixed cost (LOCAL_FIXED_S), not
+    the prefill pool's intercept, into the simulator profile."""
+    out = tmp_path / "sim.json"
+    args = ("--config", str(REPO / "deploy" / "local.yaml"), "--sim-profile", str(out))
+    result = _invoke(monkeypatch, _router(cold_tokens=128), "--quick", "--repeats", "1", *args)
+    assert result.exit_code == 0, result.output
+    prof = SimProfile.load(out)
+    assert prof.local_prefill_fixed_s == pytest.approx(LOCAL_FIXED_S, rel=0.02)
+    assert prof.cost_model.fixed_overhead_s == pytest.approx(TRUE.fixed_overhead_s, rel=0.02)
+    assert prof.own_prompt_fixed_s() == prof.local_prefill_fixed_s
+    text = " ".join(result.output.split())
+    assert (
+        "6.0 ms prefilled on its decode engine (4 joining a decode batch; alone on the engine "
+        "6.0 ms), 15.0 ms on the prefill pool" in text
+    )
+
+
+def test_profile_stops_when_a_short_prompt_is_not_prefilled_locally(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The config says 128 but the cluster's router prefills every prompt remotely."""
+    args = ("--config", str(REPO / "deploy" / "local.yaml"), "--quick", "--repeats", "1")
+    result = _invoke(monkeypatch, _router(cold_tokens=0), *args)
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "was not prefilled on the decode engine" in text and "--config" in text
 
 
 def test_profile_warns_when_the_fit_misses_its_own_samples(

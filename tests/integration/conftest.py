@@ -29,11 +29,13 @@ from pdserve.config import PdserveConfig, load_config
 from pdserve.model_source import resolve_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ROUTER_PORT = 18000
+ROUTER_PORT = 14000
+"""The test clusters' routers listen on 14000-14500 (this one, and the 2P1D, two-node,
+autoscale and aggregated packages' 14200-14500), like the reference server below: outside the
+engines' NIXL side-channel and KV-event ports (15600-18596: base + a hash of the replica id),
+which another cluster may hold, and outside Ray's worker ports (20000-29999)."""
 REFERENCE_PORT = 14100
-"""The plain vLLM server the parity tests compare against: outside the engines' NIXL side-channel
-and KV-event ports (15600-18596: base + a hash of the replica id), which a cluster running
-beside it may hold, and outside Ray's worker ports (20000-29999)."""
+"""The plain vLLM server the parity tests compare against (same ranges avoided)."""
 RAY_PORT = 6391
 RAY_METRICS_PORT = 8082  # outside Ray worker ports (10002-19999)
 START_TIMEOUT_S = 600

@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration.conftest import Cluster, package_cluster
 
-ROUTER_PORT_AGG = 18500
+ROUTER_PORT_AGG = 14500
 RAY_PORT_AGG = 6399
 RAY_METRICS_PORT_AGG = 8087
 

@@ -11,7 +11,7 @@ import pytest
 from tests.integration.conftest import Cluster, package_cluster
 
 RAY_PORT_AUTOSCALE = 6398
-ROUTER_PORT_AUTOSCALE = 18400
+ROUTER_PORT_AUTOSCALE = 14400
 RAY_METRICS_PORT_AUTOSCALE = 8086
 
 

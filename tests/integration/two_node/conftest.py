@@ -24,7 +24,7 @@ from tests.integration.two_node.layout import gpu_example_on_cpu
 from tests.integration.two_node.netns import Host, Link, NamespaceUnavailable, two_hosts
 
 RAY_PORT = 6397
-ROUTER_PORT = 18300
+ROUTER_PORT = 14300
 METRICS_PORT = 8085  # per namespace: each has its own ports
 JOIN_WITHIN_S = 120
 

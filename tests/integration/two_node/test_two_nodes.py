@@ -157,7 +157,7 @@ def test_kv_check_between_the_hosts_measures_the_link(
     two_nodes: TwoNodes, tmp_path: pathlib.Path
 ) -> None:
     head, worker = two_nodes.head, two_nodes.worker
-    listen = f"{head.address}:18515"
+    listen = f"{head.address}:14515"
     report_path = tmp_path / "kv-check.json"
     ucx = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": LINK}
     env = {**two_nodes.envs[head.netns], **ucx}

@@ -13,7 +13,7 @@ from tests.integration.conftest import Cluster, package_cluster
 
 API_KEY = "sk-pdserve-test-4f1c"
 RAY_PORT_2P1D = 6396
-ROUTER_PORT_2P1D = 18200
+ROUTER_PORT_2P1D = 14200
 RAY_METRICS_PORT_2P1D = 8084
 
 

@@ -182,6 +182,11 @@ def _write_sim_profile(
     )
     if prof.local_prefill_fixed_s is not None:
         console.print(_local_prefill_line(prof, measured))
+    if prof.local_hop_s is not None:
+        console.print(
+            f"a local prefill's hop: {prof.local_hop_s * 1e3:.1f} ms each way (the "
+            f"remote-prefill path's: {prof.hop_s * 1e3:.1f} ms)"
+        )
 
 
 def _local_prefill_line(prof: SimProfile, measured: Measurements) -> str:

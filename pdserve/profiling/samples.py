@@ -164,13 +164,16 @@ class LocalPrefillSample:
     router's timing header: `first_token_s` is the decode engine's `decode_first_token` stage,
     from scheduling the prompt to its first token, which here includes computing the prompt.
     `batch_size` streams holding `context_tokens` in all were decoding beside it (0: it ran
-    alone), so that step also decoded them."""
+    alone), so that step also decoded them. `decode_hops_s`: its `decode_hops` stage, the
+    round trip router -> decode replica -> router less the engine's time (None when the header
+    has none)."""
 
     num_prompt_tokens: int
     num_cached_tokens: int
     first_token_s: float
     batch_size: int = 0
     context_tokens: int = 0
+    decode_hops_s: float | None = None
 
 
 def local_prefill_sample(
@@ -196,6 +199,7 @@ def local_prefill_sample(
         first_token_s=float(timing["decode_first_token"]),
         batch_size=beside[0],
         context_tokens=beside[1],
+        decode_hops_s=None if timing.get("decode_hops") is None else float(timing["decode_hops"]),
     )
 
 

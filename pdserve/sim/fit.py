@@ -33,7 +33,8 @@ def fit_sim_profile(
     (median of the prefill and decode round trips / 4), and the KV transfer as a line in the
     prompt's tokens (least squares of the decode engine's KV wait, clamped at >= 0). The
     transfer's per-token term replaces the cost model's kv_transfer_per_token_s. With
-    `local_prefill` samples, `local_prefill_fixed_s` (`local_prefill_fixed_s`).
+    `local_prefill` samples, `local_prefill_fixed_s` (`local_prefill_fixed_s`) and
+    `local_hop_s` (`local_hop_s`).
     Raises ValueError with fewer than 2 samples or one prompt length only."""
     if len(serving) < 2 or len({s.num_prompt_tokens for s in serving}) < 2:
         raise ValueError(
@@ -52,6 +53,7 @@ def fit_sim_profile(
         hop_s=statistics.median(hops),
         kv_transfer_fixed_s=max(0.0, float(fixed)),
         local_prefill_fixed_s=local_prefill_fixed_s(cost_model, local_prefill),
+        local_hop_s=local_hop_s(local_prefill),
         source=source,
     )
 
@@ -72,6 +74,13 @@ def local_prefill_fixed_s(
         return None
     beside = [s for s in samples if s.batch_size > 0] or list(samples)
     return max(0.0, statistics.median(_own_fixed_s(cost_model, s) for s in beside))
+
+
+def local_hop_s(samples: Sequence[LocalPrefillSample]) -> float | None:
+    """One hop of the local-prefill path: half the median decode_hops of the local prefills
+    sent alone (on the idle cluster, as hop_s is measured); None without such samples."""
+    hops = [s.decode_hops_s for s in samples if s.batch_size == 0 and s.decode_hops_s is not None]
+    return statistics.median(hops) / 2 if hops else None
 
 
 def _own_fixed_s(cost_model: CostModel, sample: LocalPrefillSample) -> float:

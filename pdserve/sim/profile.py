@@ -73,6 +73,17 @@ class SimProfile(StrictModel):
             "fixed_overhead_s)."
         ),
     )
+    local_hop_s: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "One hop of a request prefilled on its decode engine (every request when "
+            "aggregated), each way: to the decode replica, and its first chunk back. Measured "
+            "by `pdserve profile` as half the decode_hops of its local prefills on the idle "
+            "cluster (the median); hop_s is measured on the remote-prefill path's four hops. "
+            "None = hop_s."
+        ),
+    )
     host_cores: int | None = Field(
         default=None,
         ge=1,

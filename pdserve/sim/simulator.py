@@ -385,11 +385,13 @@ class Simulation:
 
     def _decode_hop(self, *, local: bool) -> float:
         """One hop of the decode path (to the decode replica, or a stream chunk back) of a
-        request that prefills on its decode engine (`local`) or was prefilled remotely."""
+        request that prefills on its decode engine (`local`: up to its first token, the
+        profile's local_hop_s when measured) or was prefilled remotely."""
         p = self._profile
         sigma = p.local_jitter_sigma if local and p.local_jitter_sigma is not None else None
         sigma = p.decode_jitter_sigma if sigma is None else sigma
-        return self._spread(self._profile.hop_s, sigma)
+        hop_s = p.local_hop_s if local and p.local_hop_s is not None else p.hop_s
+        return self._spread(hop_s, sigma)
 
     def _serving(self, base_s: float) -> float:
         """Ray Serve hops of the remote-prefill path (the prefill call, the handoff) now:

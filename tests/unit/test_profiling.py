@@ -359,11 +359,13 @@ def test_profile_fits_a_local_prefills_own_fixed_cost(
     assert prof.local_prefill_fixed_s == pytest.approx(LOCAL_FIXED_S, rel=0.02)
     assert prof.cost_model.fixed_overhead_s == pytest.approx(TRUE.fixed_overhead_s, rel=0.02)
     assert prof.own_prompt_fixed_s() == prof.local_prefill_fixed_s
+    assert prof.local_hop_s == pytest.approx(0.002) and prof.hop_s == pytest.approx(0.004)
     text = " ".join(result.output.split())
     assert (
         "6.0 ms prefilled on its decode engine (4 joining a decode batch; alone on the engine "
         "6.0 ms), 15.0 ms on the prefill pool" in text
     )
+    assert "a local prefill's hop: 2.0 ms each way (the remote-prefill path's: 4.0 ms)" in text
 
 
 def test_profile_stops_when_a_short_prompt_is_not_prefilled_locally(

@@ -9,7 +9,7 @@ import pytest
 
 from pdserve.profiling.samples import LocalPrefillSample, ServingSample
 from pdserve.router.policy.config import PolicyConfig
-from pdserve.sim.fit import fit_sim_profile, local_prefill_fixed_s
+from pdserve.sim.fit import fit_sim_profile, local_hop_s, local_prefill_fixed_s
 from pdserve.sim.simulator import Simulation
 from tests.unit.sim.test_queueing import BLOCK, COST, PROFILE, layout, prefill_s, request
 
@@ -85,3 +85,27 @@ def test_fit_sim_profile_takes_the_local_samples() -> None:
     assert fit_sim_profile(FITTED, serving, source="t").local_prefill_fixed_s is None
     prof = fit_sim_profile(FITTED, serving, source="t", local_prefill=[_sample(64, 0.007)])
     assert prof.local_prefill_fixed_s == pytest.approx(0.007)
+
+
+def test_a_local_prefill_s_hops_up_to_its_first_token_are_the_local_hop() -> None:
+    """local_hop_s replaces hop_s for the hops to the decode replica and the first chunk back
+    of a request its decode engine prefills; later chunks and the remote path keep hop_s."""
+    hop = PROFILE.model_copy(update={"local_hop_s": 0.0004})
+    [r] = Simulation(layout(), hop).run([request(0, 1000, out=3)]).results
+    assert r.ttft_s == pytest.approx(PROFILE.router_s + 2 * 0.0004 + prefill_s(1000))
+    step = COST.est_decode_step_s(1, 0)
+    assert r.chunk_gaps_s == pytest.approx((step + PROFILE.hop_s - 0.0004, step))
+    remote = layout(num_prefill=1, policy=PolicyConfig(block_size_tokens=BLOCK))
+    [a] = Simulation(remote, hop).run([request(0, 2000, out=2)]).results
+    [b] = Simulation(remote, PROFILE).run([request(0, 2000, out=2)]).results
+    assert a.decision is not None and a.decision.prefill_replica_id == "p0"
+    assert a.ttft_s == pytest.approx(b.ttft_s)
+
+
+def test_the_local_hop_is_half_the_median_round_trip_of_the_lone_local_prefills() -> None:
+    def sample(hops_s: float | None, batch: int = 0) -> LocalPrefillSample:
+        return LocalPrefillSample(64, 0, 0.005, batch_size=batch, decode_hops_s=hops_s)
+
+    alone = [sample(0.004), sample(0.006), sample(0.030), sample(None)]
+    assert local_hop_s([*alone, sample(0.5, batch=8)]) == pytest.approx(0.003)
+    assert local_hop_s([sample(0.004, batch=1), sample(None)]) is None

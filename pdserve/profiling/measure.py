@@ -198,7 +198,8 @@ class Profiler:
         """Once a stream of the batch has its second chunk (the batch is decoding, past the
         burst of its first chunks; the router sends a chunk per stream batch interval, a
         quarter or so of the tokens), one local prefill of the plan's middle local length
-        joins it; nothing when the streams end first."""
+        joins it; nothing when the streams end first. Its step is one of the batch's 64, about
+        a millisecond longer: the batch's TPOT moves by about 1 %."""
         started = asyncio.ensure_future(decoding.wait())
         await asyncio.wait({started, streams}, return_when=asyncio.FIRST_COMPLETED)
         if not decoding.is_set():

@@ -52,6 +52,14 @@ def cached_tokens(body: Mapping[str, Any], decision: Mapping[str, Any] | None) -
     return 0
 
 
+def prompt_tokens(body: Mapping[str, Any], num_sent_tokens: int) -> int:
+    """The prompt's tokens: the response's `usage.prompt_tokens`, else what was sent."""
+    usage = body.get("usage")
+    if isinstance(usage, Mapping) and usage.get("prompt_tokens") is not None:
+        return int(usage["prompt_tokens"])
+    return num_sent_tokens
+
+
 def prefill_sample(
     headers: Mapping[str, str], body: Mapping[str, Any], num_prompt_tokens: int
 ) -> PrefillSample | None:
@@ -70,10 +78,7 @@ def prefill_sample(
     seconds = timing.get("prefill")
     if seconds is None:
         return None
-    usage = body.get("usage")
-    prompt = num_prompt_tokens
-    if isinstance(usage, Mapping) and usage.get("prompt_tokens") is not None:
-        prompt = int(usage["prompt_tokens"])
+    prompt = prompt_tokens(body, num_prompt_tokens)
     cached = min(cached_tokens(body, header_json(headers, DECISION_HEADER)), prompt)
     return PrefillSample(
         num_uncached_tokens=prompt - cached, num_cached_tokens=cached, seconds=float(seconds)
@@ -144,10 +149,7 @@ def serving_sample(
     keys = ("router_queue", "prefill_hops", "kv_transfer", "decode_hops", "decode_first_token")
     if "prefill" not in timing or any(k not in timing for k in keys):
         return None
-    usage = body.get("usage")
-    prompt = num_prompt_tokens
-    if isinstance(usage, Mapping) and usage.get("prompt_tokens") is not None:
-        prompt = int(usage["prompt_tokens"])
+    prompt = prompt_tokens(body, num_prompt_tokens)
     return ServingSample(
         num_prompt_tokens=prompt,
         router_s=float(timing["router_queue"]),
@@ -189,10 +191,7 @@ def local_prefill_sample(
     timing = header_json(headers, TIMING_HEADER) or {}
     if "prefill" in timing or timing.get("decode_first_token") is None:
         return None
-    usage = body.get("usage")
-    prompt = num_prompt_tokens
-    if isinstance(usage, Mapping) and usage.get("prompt_tokens") is not None:
-        prompt = int(usage["prompt_tokens"])
+    prompt = prompt_tokens(body, num_prompt_tokens)
     return LocalPrefillSample(
         num_prompt_tokens=prompt,
         num_cached_tokens=min(cached_tokens(body, header_json(headers, DECISION_HEADER)), prompt),

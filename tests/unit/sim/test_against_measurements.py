@@ -157,6 +157,22 @@ def assert_outside(rows: Rows, expected: set[tuple[str, str, str]], what: str = 
     assert outside == expected, f"{what}cells that moved across the bound: {detail}"
 
 
+def assert_outside_by_fit(
+    run: str,
+    idle: pathlib.Path,
+    outside: dict[str, set[tuple[str, str, str]]],
+    fits: dict[str, pathlib.Path],
+) -> dict[str, Rows]:
+    """For each way `how` of predicting a recorded `run` in `outside` ("own", or a key of
+    `fits`: that committed fit carried onto `idle`), the bounded cells outside the bound are
+    exactly the listed ones (`own_or_carried_rows`); returns the rows by `how`."""
+    rows: dict[str, Rows] = {}
+    for how, expected in outside.items():
+        rows[how] = own_or_carried_rows(run, idle, how, fits.get(how, idle))
+        assert_outside(rows[how], expected, f"{how}: ")
+    return rows
+
+
 @pytest.mark.parametrize("run", sorted(OUTSIDE))
 def test_the_bounded_cells_outside_the_bound_are_the_known_ones(run: str) -> None:
     rows = _rows(run)

@@ -13,11 +13,9 @@ from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
     LAYOUTS,
-    Rows,
     _ratio,
     _report,
-    assert_outside,
-    own_or_carried_rows,
+    assert_outside_by_fit,
 )
 
 RUN_U = "mixed-3way-600-run-u.json"
@@ -38,15 +36,10 @@ disaggregated TTFT p99s 1.31-1.61, 1P1D's long TTFT p50 1.26). Run U's own 1P1D 
 short TTFT p50s 1.16-1.30."""
 
 
-def _rows(how: str) -> Rows:
-    return own_or_carried_rows(RUN_U, IDLE_U, how, FIT_R)
-
-
 def test_run_u_predicted_beforehand_with_run_r_s_fit_and_by_its_own_fit() -> None:
+    rows = assert_outside_by_fit(RUN_U, IDLE_U, OUTSIDE, {"from_r": FIT_R})
     for how, expected in OUTSIDE.items():
-        rows = _rows(how)
-        assert_outside(rows, expected, f"{how}: ")
-        assert all(_ratio(rows, *key) > 1 for key in expected), how
+        assert all(_ratio(rows[how], *key) > 1 for key in expected), how
 
 
 def test_a_short_prompt_s_first_step_measured_under_the_profile_s_prefill_intercept() -> None:

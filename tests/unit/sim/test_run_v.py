@@ -12,11 +12,9 @@ from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
     LAYOUTS,
-    Rows,
     _ratio,
     _report,
-    assert_outside,
-    own_or_carried_rows,
+    assert_outside_by_fit,
 )
 
 RUN_V = "mixed-3way-600-run-v.json"
@@ -38,14 +36,9 @@ short TTFT p99s 0.69 aggregated and 1.59 on 1P1D, aggregated long TTFT p50 0.85)
 1P1D fit: 14."""
 
 
-def _rows(how: str) -> Rows:
-    return own_or_carried_rows(RUN_V, IDLE_V, how, FIT_U)
-
-
 def test_run_v_predicted_beforehand_with_run_u_s_fit_and_by_its_own_fit() -> None:
-    for how, expected in OUTSIDE.items():
-        assert_outside(_rows(how), expected, f"{how}: ")
-    assert _ratio(_rows("from_u"), "1p1d", "short", "ttft_p50_s") > 1.15
+    rows = assert_outside_by_fit(RUN_V, IDLE_V, OUTSIDE, {"from_u": FIT_U})
+    assert _ratio(rows["from_u"], "1p1d", "short", "ttft_p50_s") > 1.15
 
 
 def test_the_profile_measured_a_local_prompt_under_the_prefill_pool_s_intercept() -> None:

@@ -11,10 +11,8 @@ from __future__ import annotations
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
-    Rows,
     _ratio,
-    assert_outside,
-    own_or_carried_rows,
+    assert_outside_by_fit,
 )
 
 RUN_W = "mixed-3way-600-run-w.json"
@@ -39,14 +37,9 @@ run V's fit 9 (every miss too low: short TTFT p50s 0.78-0.82, long p50s 0.75-0.8
 1P1D fit: all 18."""
 
 
-def _rows(how: str) -> Rows:
-    return own_or_carried_rows(RUN_W, IDLE_W, how, FITS.get(how, FITS["from_u"]))
-
-
 def test_run_w_predicted_beforehand_with_two_fits_and_by_its_own_fit() -> None:
-    for how, expected in OUTSIDE.items():
-        assert_outside(_rows(how), expected, f"{how}: ")
-    assert all(_ratio(_rows("from_v"), *key) < 1 for key in OUTSIDE["from_v"])
+    rows = assert_outside_by_fit(RUN_W, IDLE_W, OUTSIDE, FITS)
+    assert all(_ratio(rows["from_v"], *key) < 1 for key in OUTSIDE["from_v"])
 
 
 def test_the_profile_measured_the_local_path_faster_than_the_remote_one() -> None:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
-    Rows,
     _ratio,
-    assert_outside,
-    own_or_carried_rows,
+    assert_outside_by_fit,
 )
 
 RUN_X = "mixed-3way-600-run-x.json"
@@ -32,12 +30,7 @@ on aggregated and 1P1D, aggregated long TTFT p50 0.83, 1P1D long TTFT p99 0.56).
 1P1D fit: 16 (1P1D's short TTFT p50 0.80 and long TTFT p99 0.57)."""
 
 
-def _rows(how: str) -> Rows:
-    return own_or_carried_rows(RUN_X, IDLE_X, how, FIT_W)
-
-
 def test_run_x_predicted_beforehand_with_run_w_s_fit_and_by_its_own_fit() -> None:
+    rows = assert_outside_by_fit(RUN_X, IDLE_X, OUTSIDE, {"from_w": FIT_W})
     for how, expected in OUTSIDE.items():
-        rows = _rows(how)
-        assert_outside(rows, expected, f"{how}: ")
-        assert all(_ratio(rows, *key) < 1 for key in expected), how
+        assert all(_ratio(rows[how], *key) < 1 for key in expected), how

@@ -32,9 +32,10 @@ def fit_sim_profile(
     of an idle cluster, the router's time before dispatch (median router_queue), one hop
     (median of the prefill and decode round trips / 4), and the KV transfer as a line in the
     prompt's tokens (least squares of the decode engine's KV wait, clamped at >= 0). The
-    transfer's per-token term replaces the cost model's kv_transfer_per_token_s. With
-    `local_prefill` samples, `local_prefill_fixed_s` (`local_prefill_fixed_s`) and
-    `local_hop_s` (`local_hop_s`).
+    transfer's per-token term replaces the cost model's kv_transfer_per_token_s. The
+    `local_prefill` samples (prompts prefilled on the decode engine) give the local path's
+    fixed cost and hop (the functions `local_prefill_fixed_s` and `local_hop_s`; None
+    without such samples).
     Raises ValueError with fewer than 2 samples or one prompt length only."""
     if len(serving) < 2 or len({s.num_prompt_tokens for s in serving}) < 2:
         raise ValueError(

@@ -69,8 +69,8 @@ class SimProfile(StrictModel):
             "local prefill, every prompt of an aggregated engine), in place of "
             "cost_model.fixed_overhead_s, which is fitted on the prefill pool's prompts: a "
             "prefill-only request also pays the KV connector's work. Measured by `pdserve "
-            "profile` on the decode engine's first step of short fresh prompts (None = "
-            "fixed_overhead_s)."
+            "profile` on the decode engine's first step of short fresh prompts, from those "
+            "sent while a decode batch runs when there are any (None = fixed_overhead_s)."
         ),
     )
     local_hop_s: float | None = Field(

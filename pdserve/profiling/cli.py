@@ -13,7 +13,7 @@ import datetime
 import json
 import os
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -26,7 +26,8 @@ from pdserve.config import ConfigError, PdserveConfig, load_config
 from pdserve.profiling import render, report
 from pdserve.profiling.measure import Measurements, Profiler, Progress
 from pdserve.profiling.plan import ProfilePlan, make_plan
-from pdserve.profiling.samples import ProfileError
+from pdserve.profiling.pool import ProfileSamples, pooled, read_report
+from pdserve.profiling.samples import LocalPrefillSample, ProfileError
 from pdserve.profiling.yaml_edit import rounded, snippet, update_config_text, write_atomic
 from pdserve.router.policy.cost_model import CostModel, FitResult
 
@@ -81,6 +82,16 @@ def profile(
     timeout_s: Annotated[
         float, typer.Option("--timeout", min=1, help="Per-request timeout, seconds.")
     ] = 120.0,
+    pool: Annotated[
+        list[pathlib.Path] | None,
+        typer.Option(
+            "--pool",
+            help="An earlier run's --json report of the same model and hardware (repeatable): "
+            "fit on its samples and this run's together. One profile measures one moment of "
+            "the host; on a shared host, pooling profiles taken at different times gives "
+            "steadier coefficients. --json still records this run's samples only.",
+        ),
+    ] = None,
 ) -> None:
     """Calibrate the router's cost model: measure prefill time vs prompt length (and cached
     prefix) and decode step time vs batch size on the running engines, fit the coefficients,
@@ -100,6 +111,7 @@ def profile(
     except ValueError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
+    earlier = _read_pool(pool or [], console)
     measured, model_id = _measure(
         console,
         plan,
@@ -107,14 +119,28 @@ def profile(
             url, plan, model=model, seed=seed, timeout_s=timeout_s, progress=progress
         ),
     )
-    decode = [b.sample() for b in measured.batches]
+    this_run = ProfileSamples(
+        source="this run",
+        model=model_id,
+        prefill=tuple(measured.prefill),
+        decode=tuple(b.sample() for b in measured.batches),
+        local_prefill=tuple(measured.local_prefill),
+        serving=tuple(measured.serving),
+    )
     try:
-        fit: FitResult = CostModel.fit(measured.prefill, decode, base=base)
+        samples = pooled([this_run, *earlier])
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] cannot pool: {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    try:
+        fit: FitResult = CostModel.fit(samples.prefill, samples.decode, base=base)
     except ValueError as exc:
         console.print(f"[red]cannot fit the cost model:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
     new = rounded(fit.model)
     _show(console, measured, base, new, fit.notes)
+    if earlier:
+        _show_pool(console, [this_run, *earlier])
     if json_path is not None:
         doc = report.report_json(
             url=url,
@@ -127,6 +153,8 @@ def profile(
             notes=fit.notes,
             skipped_local_prefills=measured.skipped_local_prefills,
             local_prefill=measured.local_prefill,
+            serving=measured.serving,
+            pooled_with=[r.source for r in earlier],
         )
         try:
             json_path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -136,10 +164,11 @@ def profile(
         console.print(f"samples and coefficients written to {json_path}")
     if sim_profile is not None:
         cpu = cfg is not None and cfg.platform == "cpu"
-        _write_sim_profile(sim_profile, new, measured, url, console, cpu=cpu)
+        _write_sim_profile(sim_profile, new, samples, url, console, cpu=cpu)
+    pooled_text = f" of {len(earlier) + 1} runs" if earlier else ""
     comment = (
         f"fitted by `pdserve profile` on {datetime.date.today().isoformat()}: "
-        f"{len(measured.prefill)} prefill + {len(decode)} decode samples"
+        f"{len(samples.prefill)} prefill + {len(samples.decode)} decode samples{pooled_text}"
     )
     if write and config is not None:
         _write(config, new, comment, console)
@@ -151,7 +180,7 @@ def profile(
 def _write_sim_profile(
     path: pathlib.Path,
     model: CostModel,
-    measured: Measurements,
+    samples: ProfileSamples,
     url: str,
     console: Console,
     *,
@@ -162,9 +191,11 @@ def _write_sim_profile(
     from pdserve.sim.fit import fit_sim_profile
 
     source = f"pdserve profile of {url} on {datetime.date.today().isoformat()}"
+    if samples.source != "this run":
+        source += f", pooled: {samples.source}"
     try:
         prof = fit_sim_profile(
-            model, measured.serving, source=source, local_prefill=measured.local_prefill
+            model, samples.serving, source=source, local_prefill=samples.local_prefill
         )
         if cpu:
             prof = prof.model_copy(update={"host_cores": len(os.sched_getaffinity(0))})
@@ -181,7 +212,7 @@ def _write_sim_profile(
         f"{prof.cost_model.kv_transfer_per_token_s * 1e6:.2f} us/token)"
     )
     if prof.local_prefill_fixed_s is not None:
-        console.print(_local_prefill_line(prof, measured))
+        console.print(_local_prefill_line(prof, samples.local_prefill))
     if prof.local_hop_s is not None:
         console.print(
             f"a local prefill's hop: {prof.local_hop_s * 1e3:.1f} ms each way (the "
@@ -189,12 +220,12 @@ def _write_sim_profile(
         )
 
 
-def _local_prefill_line(prof: SimProfile, measured: Measurements) -> str:
+def _local_prefill_line(prof: SimProfile, local: Sequence[LocalPrefillSample]) -> str:
     """How a prompt's fixed cost on its decode engine compares with the prefill pool's."""
     from pdserve.sim.fit import local_prefill_fixed_s
 
-    alone = [s for s in measured.local_prefill if s.batch_size == 0]
-    beside = len(measured.local_prefill) - len(alone)
+    alone = [s for s in local if s.batch_size == 0]
+    beside = len(local) - len(alone)
     alone_s = local_prefill_fixed_s(prof.cost_model, alone)
     alone_text = f"; alone on the engine {alone_s * 1e3:.1f} ms" if beside and alone_s else ""
     used = f"{beside} joining a decode batch" if beside else f"{len(alone)} alone"
@@ -203,6 +234,25 @@ def _local_prefill_line(prof: SimProfile, measured: Measurements) -> str:
         f"its decode engine ({used}{alone_text}), "
         f"{prof.cost_model.fixed_overhead_s * 1e3:.1f} ms on the prefill pool"
     )
+
+
+def _read_pool(paths: Sequence[pathlib.Path], console: Console) -> list[ProfileSamples]:
+    """The earlier reports to pool with (read before measuring: a bad path costs nothing)."""
+    try:
+        return [read_report(path) for path in paths]
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] --pool {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
+def _show_pool(console: Console, runs: Sequence[ProfileSamples]) -> None:
+    """What each pooled run measured at its largest decode batch, and the pool's size."""
+    parts = []
+    for run in runs:
+        largest = run.largest_batch_step_s()
+        step = f"B={largest[0]} step {largest[1] * 1e3:.2f} ms" if largest else "no decode"
+        parts.append(f"{run.source}: {step}")
+    console.print(f"fitted on {len(runs)} runs' samples pooled ({'; '.join(parts)})")
 
 
 def _load_config(path: pathlib.Path | None, write: bool, console: Console) -> PdserveConfig | None:

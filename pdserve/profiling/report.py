@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pdserve.profiling.samples import DecodeBatch, LocalPrefillSample, median_or_none
+from pdserve.profiling.samples import (
+    DecodeBatch,
+    LocalPrefillSample,
+    ServingSample,
+    median_or_none,
+)
 from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
 
 
@@ -136,8 +141,12 @@ def report_json(
     notes: Sequence[str],
     skipped_local_prefills: int,
     local_prefill: Sequence[LocalPrefillSample] = (),
+    serving: Sequence[ServingSample] = (),
+    pooled_with: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The `--json` document: inputs, raw samples, both coefficient sets, errors, notes."""
+    """The `--json` document: inputs, this run's raw samples, both coefficient sets, errors,
+    notes. `pooled_with`: the earlier reports whose samples the new coefficients were also
+    fitted on (their samples are not repeated here)."""
     decode = [b.sample() for b in batches]
     return {
         "url": url,
@@ -156,6 +165,8 @@ def report_json(
         ],
         "skipped_local_prefills": skipped_local_prefills,
         "local_prefill_samples": [asdict(s) for s in local_prefill],
+        "serving_samples": [asdict(s) for s in serving],
+        "pooled_with": list(pooled_with),
         "old_cost_model": old.model_dump(),
         "cost_model": new.model_dump(),
         "mean_abs_rel_error": {

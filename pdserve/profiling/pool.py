@@ -1,0 +1,86 @@
+"""Pool the samples of several `pdserve profile` runs (pure).
+
+A profile takes seconds, so it measures the host of one moment. On a shared CPU host the
+engines' idle speed wanders by more than that between moments: three profiles of one VM
+within two hours fitted decode steps 1.7x apart at 16 sequences, while the loaded runs after
+them served alike (bench/RESULTS.md, "Pooled profiles"). Fitting one model on the samples of
+several profiles taken at different times averages the moments out. `pdserve profile --pool
+EARLIER.json` reads earlier runs' `--json` reports with `read_report` and fits on `pooled`.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pdserve.profiling.samples import LocalPrefillSample, ServingSample
+from pdserve.router.policy.cost_model import DecodeSample, PrefillSample
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSamples:
+    """The samples of one profile run: what `CostModel.fit` and the simulator profile's fit
+    take. `serving` is empty for reports written before they recorded it (2026-12-05)."""
+
+    source: str
+    model: str
+    prefill: tuple[PrefillSample, ...]
+    decode: tuple[DecodeSample, ...]
+    local_prefill: tuple[LocalPrefillSample, ...] = ()
+    serving: tuple[ServingSample, ...] = ()
+
+    def largest_batch_step_s(self) -> tuple[int, float] | None:
+        """(batch size, its median step) of the largest decode batch measured: one number
+        to compare profiles by. None without decode samples."""
+        if not self.decode:
+            return None
+        size = max(s.batch_size for s in self.decode)
+        steps = sorted(s.step_s for s in self.decode if s.batch_size == size)
+        return size, steps[len(steps) // 2]
+
+
+def read_report(path: pathlib.Path) -> ProfileSamples:
+    """The samples of a `pdserve profile --json` report. ValueError naming the file when it
+    cannot be read or is not such a report."""
+    try:
+        doc = json.loads(path.read_text())
+        return ProfileSamples(
+            source=str(path),
+            model=str(doc["model"]),
+            prefill=tuple(PrefillSample(**s) for s in doc["prefill_samples"]),
+            decode=tuple(_decode(s) for s in doc["decode_samples"]),
+            local_prefill=tuple(LocalPrefillSample(**s) for s in doc["local_prefill_samples"]),
+            serving=tuple(ServingSample(**s) for s in doc.get("serving_samples", ())),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a `pdserve profile --json` report ({exc})") from exc
+
+
+def _decode(sample: dict[str, Any]) -> DecodeSample:
+    return DecodeSample(
+        batch_size=int(sample["batch_size"]),
+        context_tokens=int(sample["context_tokens"]),
+        step_s=float(sample["step_s"]),
+    )
+
+
+def pooled(runs: Sequence[ProfileSamples]) -> ProfileSamples:
+    """One set of samples from all of `runs` (the first names the pool). ValueError when no
+    runs are given or they profiled different models: their engines' times do not mix."""
+    if not runs:
+        raise ValueError("nothing to pool")
+    models = {r.model for r in runs}
+    if len(models) > 1:
+        named = ", ".join(f"{r.source}: {r.model!r}" for r in runs)
+        raise ValueError(f"the profiles measured different models ({named})")
+    return ProfileSamples(
+        source=" + ".join(r.source for r in runs),
+        model=runs[0].model,
+        prefill=tuple(s for r in runs for s in r.prefill),
+        decode=tuple(s for r in runs for s in r.decode),
+        local_prefill=tuple(s for r in runs for s in r.local_prefill),
+        serving=tuple(s for r in runs for s in r.serving),
+    )

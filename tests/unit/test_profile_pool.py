@@ -1,0 +1,127 @@
+"""`pdserve profile --pool`: reading earlier reports, pooling their samples, and the command
+fitting on this run's samples and theirs together (mock router of test_profiling.py)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import httpx
+import pytest
+
+from pdserve.profiling.pool import ProfileSamples, pooled, read_report
+from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
+from pdserve.sim.profile import SimProfile
+from tests.unit.test_profiling import REPO, TRUE, _invoke, _router
+
+RECORDED = REPO / "bench" / "results"
+QUICK = ("--quick", "--repeats", "1", "--config", str(REPO / "deploy" / "local.yaml"))
+
+
+def test_read_report_takes_a_recorded_report_without_serving_samples() -> None:
+    """Reports written before 2026-12-05 have no serving samples: they pool the rest."""
+    run = read_report(RECORDED / "profile-local-x.json")
+    doc = json.loads((RECORDED / "profile-local-x.json").read_text())
+    assert run.model == doc["model"] and run.serving == ()
+    assert len(run.prefill) == len(doc["prefill_samples"]) == 36
+    assert len(run.decode) == 24 and len(run.local_prefill) == 33
+    assert run.decode[0] == DecodeSample(1, 160, doc["decode_samples"][0]["step_s"])
+
+
+def test_largest_batch_step_is_the_median_of_the_largest_batch() -> None:
+    run = ProfileSamples(
+        source="a",
+        model="m",
+        prefill=(),
+        decode=tuple(DecodeSample(b, 0, s) for b, s in ((1, 9.0), (4, 3.0), (4, 1.0), (4, 2.0))),
+    )
+    assert run.largest_batch_step_s() == (4, 2.0)
+    assert ProfileSamples("b", "m", (), ()).largest_batch_step_s() is None
+
+
+def test_pooled_concatenates_and_refuses_other_models() -> None:
+    a = ProfileSamples("a", "m", (PrefillSample(64, 0, 0.01),), (DecodeSample(1, 0, 0.002),))
+    b = ProfileSamples("b", "m", (PrefillSample(64, 0, 0.03),), ())
+    both = pooled([a, b])
+    assert both.source == "a + b" and both.model == "m"
+    assert both.prefill == (*a.prefill, *b.prefill) and both.decode == a.decode
+    with pytest.raises(ValueError, match="different models"):
+        pooled([a, ProfileSamples("c", "other", (), ())])
+    with pytest.raises(ValueError, match="nothing to pool"):
+        pooled([])
+
+
+def test_read_report_names_the_file(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": "m"}')
+    with pytest.raises(ValueError, match=r"bad\.json: not a `pdserve profile --json` report"):
+        read_report(bad)
+
+
+def _run(transport: httpx.MockTransport, *args: str) -> Any:
+    with pytest.MonkeyPatch.context() as patch:
+        return _invoke(patch, transport, *args)
+
+
+def _earlier_report(tmp_path: pathlib.Path, prefill_factor: float) -> pathlib.Path:
+    """A report of one run on the mock router, its prefill times scaled by `prefill_factor`
+    (a host that was that much slower while it was profiled)."""
+    path = tmp_path / f"earlier-{prefill_factor}.json"
+    result = _run(_router(cold_tokens=128), *QUICK, "--json", str(path))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(path.read_text())
+    for sample in doc["prefill_samples"]:
+        sample["seconds"] *= prefill_factor
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_profile_fits_on_this_run_and_the_pooled_reports(tmp_path: pathlib.Path) -> None:
+    earlier = _earlier_report(tmp_path, prefill_factor=3.0)
+    out, sim = tmp_path / "now.json", tmp_path / "sim.json"
+    args = (*QUICK, "--pool", str(earlier), "--json", str(out), "--sim-profile", str(sim))
+    result = _run(_router(cold_tokens=128), *args)
+    assert result.exit_code == 0, result.output
+    now, before = json.loads(out.read_text()), json.loads(earlier.read_text())
+    # This run's samples only, the pool named; the coefficients are the pool's.
+    assert len(now["prefill_samples"]) == len(before["prefill_samples"])
+    assert now["pooled_with"] == [str(earlier)]
+    assert {s["num_prompt_tokens"] for s in now["serving_samples"]} >= {512, 2048}
+    fitted = CostModel(**now["cost_model"])
+    for tokens in (64, 512, 2048):  # between this run's times and the 3x slower run's
+        ratio = fitted.est_prefill_s(tokens, 0) / TRUE.est_prefill_s(tokens, 0)
+        assert 1.1 < ratio < 2.9, (tokens, ratio)
+    fixed_s = fitted.fixed_overhead_s
+    prof = SimProfile.load(sim)
+    assert prof.cost_model.fixed_overhead_s == fixed_s
+    assert "pooled: this run + " in prof.source
+    text = " ".join(result.output.split())
+    assert "fitted on 2 runs' samples pooled (this run: B=8 step" in text
+    assert f"{earlier}: B=8 step" in text
+    # Pooled with itself unchanged, a run fits TRUE again: the pool changes only the samples.
+    same = _earlier_report(tmp_path, prefill_factor=1.0)
+    result = _run(_router(cold_tokens=128), *QUICK, "--pool", str(same))
+    assert result.exit_code == 0, result.output
+    assert f"fixed_overhead_s: {TRUE.fixed_overhead_s}" in result.output
+
+
+def test_profile_pool_errors_exit_2(tmp_path: pathlib.Path) -> None:
+    sent: list[str] = []
+    router = _router(cold_tokens=128)
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return router.handle_request(request)
+
+    missing = tmp_path / "missing.json"
+    result = _run(httpx.MockTransport(record), *QUICK, "--pool", str(missing))
+    assert result.exit_code == 2
+    assert "--pool" in result.output and "missing.json" in result.output
+    assert sent == []  # read before measuring
+    other = _earlier_report(tmp_path, prefill_factor=1.0)
+    doc = json.loads(other.read_text())
+    other.write_text(json.dumps({**doc, "model": "another-model"}))
+    result = _run(_router(cold_tokens=128), *QUICK, "--pool", str(other))
+    assert result.exit_code == 2
+    assert "cannot pool: the profiles measured different models" in " ".join(result.output.split())

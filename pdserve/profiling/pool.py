@@ -23,7 +23,8 @@ from pdserve.router.policy.cost_model import DecodeSample, PrefillSample
 @dataclass(frozen=True, slots=True)
 class ProfileSamples:
     """The samples of one profile run: what `CostModel.fit` and the simulator profile's fit
-    take. `serving` is empty for reports written before they recorded it (2026-12-05)."""
+    take. `serving` is empty in reports written before `--pool` existed, `local_prefill` in
+    those written before the profile sent local prefills."""
 
     source: str
     model: str
@@ -52,7 +53,9 @@ def read_report(path: pathlib.Path) -> ProfileSamples:
             model=str(doc["model"]),
             prefill=tuple(PrefillSample(**s) for s in doc["prefill_samples"]),
             decode=tuple(_decode(s) for s in doc["decode_samples"]),
-            local_prefill=tuple(LocalPrefillSample(**s) for s in doc["local_prefill_samples"]),
+            local_prefill=tuple(
+                LocalPrefillSample(**s) for s in doc.get("local_prefill_samples", ())
+            ),
             serving=tuple(ServingSample(**s) for s in doc.get("serving_samples", ())),
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:

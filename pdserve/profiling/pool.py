@@ -1,7 +1,7 @@
-"""Pool the samples of several `pdserve profile` runs (pure).
+"""Pool the samples of several `pdserve profile` runs (pure but for `read_report`'s file).
 
 A profile takes seconds, so it measures the host of one moment. On a shared CPU host the
-engines' idle speed wanders by more than that between moments: three profiles of one VM
+engines' idle speed wanders by more than its fit error between moments: three profiles of one VM
 within two hours fitted decode steps 1.7x apart at 16 sequences, while the loaded runs after
 them served alike (bench/RESULTS.md, "Pooled profiles"). Fitting one model on the samples of
 several profiles taken at different times averages the moments out. `pdserve profile --pool
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +40,7 @@ class ProfileSamples:
         if not self.decode:
             return None
         size = max(s.batch_size for s in self.decode)
-        steps = sorted(s.step_s for s in self.decode if s.batch_size == size)
-        return size, steps[len(steps) // 2]
+        return size, statistics.median(s.step_s for s in self.decode if s.batch_size == size)
 
 
 def read_report(path: pathlib.Path) -> ProfileSamples:

@@ -37,6 +37,8 @@ def test_largest_batch_step_is_the_median_of_the_largest_batch() -> None:
         decode=tuple(DecodeSample(b, 0, s) for b, s in ((1, 9.0), (4, 3.0), (4, 1.0), (4, 2.0))),
     )
     assert run.largest_batch_step_s() == (4, 2.0)
+    even = ProfileSamples("e", "m", (), (DecodeSample(2, 0, 1.0), DecodeSample(2, 0, 2.0)))
+    assert even.largest_batch_step_s() == (2, 1.5)
     assert ProfileSamples("b", "m", (), ()).largest_batch_step_s() is None
 
 

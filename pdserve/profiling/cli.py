@@ -138,9 +138,9 @@ def profile(
         console.print(f"[red]cannot fit the cost model:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
     new = rounded(fit.model)
-    _show(console, measured, base, new, fit.notes)
+    _show(console, measured, base, new, fit.notes, samples)
     if earlier:
-        _show_pool(console, [this_run, *earlier])
+        _show_pool(console, [this_run, *earlier], new)
     if json_path is not None:
         doc = report.report_json(
             url=url,
@@ -245,13 +245,16 @@ def _read_pool(paths: Sequence[pathlib.Path], console: Console) -> list[ProfileS
         raise typer.Exit(2) from exc
 
 
-def _show_pool(console: Console, runs: Sequence[ProfileSamples]) -> None:
-    """What each pooled run measured at its largest decode batch, and the pool's size."""
+def _show_pool(console: Console, runs: Sequence[ProfileSamples], model: CostModel) -> None:
+    """Each pooled run's step at its largest decode batch and how far its decode samples are
+    from the pooled fit: a run that caught the host at an odd moment stands out."""
     parts = []
     for run in runs:
         largest = run.largest_batch_step_s()
         step = f"B={largest[0]} step {largest[1] * 1e3:.2f} ms" if largest else "no decode"
-        parts.append(f"{run.source}: {step}")
+        error = report.mean_abs_error_decode(run.decode, model)
+        off = f", {error * 100:.0f}% off the fit" if error is not None else ""
+        parts.append(f"{run.source}: {step}{off}")
     console.print(f"fitted on {len(runs)} runs' samples pooled ({'; '.join(parts)})")
 
 
@@ -294,8 +297,15 @@ def _measure(
 
 
 def _show(
-    console: Console, m: Measurements, old: CostModel, new: CostModel, notes: tuple[str, ...]
+    console: Console,
+    m: Measurements,
+    old: CostModel,
+    new: CostModel,
+    notes: tuple[str, ...],
+    fitted_on: ProfileSamples,
 ) -> None:
+    """This run's samples against both models, then both models' errors over the samples
+    `new` was fitted on (this run's, or the pool's) and a warning when it misses them."""
     decode = [b.sample() for b in m.batches]
     skipped = (
         f"{m.skipped_local_prefills} request(s) prefilled on the decode engine: not sampled"
@@ -316,12 +326,12 @@ def _show(
     console.print(render.coefficients_table(old, new))
     errors = {  # label: (the config's model, the fitted one), mean |relative error|
         "prefill": (
-            report.mean_abs_error_prefill(m.prefill, old),
-            report.mean_abs_error_prefill(m.prefill, new),
+            report.mean_abs_error_prefill(fitted_on.prefill, old),
+            report.mean_abs_error_prefill(fitted_on.prefill, new),
         ),
         "decode": (
-            report.mean_abs_error_decode(decode, old),
-            report.mean_abs_error_decode(decode, new),
+            report.mean_abs_error_decode(fitted_on.decode, old),
+            report.mean_abs_error_decode(fitted_on.decode, new),
         ),
     }
     for label, (old_error, new_error) in errors.items():

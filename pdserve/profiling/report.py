@@ -144,9 +144,9 @@ def report_json(
     serving: Sequence[ServingSample] = (),
     pooled_with: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The `--json` document: inputs, this run's raw samples, both coefficient sets, errors,
-    notes. `pooled_with`: the earlier reports whose samples the new coefficients were also
-    fitted on (their samples are not repeated here)."""
+    """The `--json` document: inputs, this run's raw samples, both coefficient sets, both
+    models' errors over this run's samples, notes. `pooled_with`: the earlier reports whose
+    samples the new coefficients were also fitted on (their samples are not repeated here)."""
     decode = [b.sample() for b in batches]
     return {
         "url": url,

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from pdserve.profiling.pool import ProfileSamples, pooled, read_report
+from pdserve.profiling.report import mean_abs_error_prefill
 from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
 from pdserve.sim.profile import SimProfile
 from tests.unit.test_profiling import REPO, TRUE, _invoke, _router
@@ -100,7 +101,16 @@ def test_profile_fits_on_this_run_and_the_pooled_reports(tmp_path: pathlib.Path)
     assert "pooled: this run + " in prof.source
     text = " ".join(result.output.split())
     assert "fitted on 2 runs' samples pooled (this run: B=8 step" in text
-    assert f"{earlier}: B=8 step" in text
+    assert f"{earlier}: B=8 step" in text and "% off the fit" in text
+    # The error line (and the noisy-fit warning) is over the pool the model was fitted on, not
+    # over this run alone: the fit sits between two runs 3x apart and misses both.
+    both = [PrefillSample(**p) for p in (*now["prefill_samples"], *before["prefill_samples"])]
+    alone = [PrefillSample(**p) for p in now["prefill_samples"]]
+    pooled_error = mean_abs_error_prefill(both, fitted)
+    alone_error = mean_abs_error_prefill(alone, fitted)
+    assert pooled_error is not None and alone_error is not None
+    assert f"-> {pooled_error * 100:.0f}% (fitted)" in text
+    assert round(pooled_error * 100) != round(alone_error * 100)
     # Pooled with itself unchanged, a run fits TRUE again: the pool changes only the samples.
     same = _earlier_report(tmp_path, prefill_factor=1.0)
     result = _run(_router(cold_tokens=128), *QUICK, "--pool", str(same))

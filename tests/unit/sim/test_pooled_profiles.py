@@ -3,9 +3,10 @@ refitted on the samples of the VM's profiles up to it (`pooled_profiles.pooled_p
 `pdserve profile --pool` writes). Run X's own profile read the engines faster than any before
 it (a 16-sequence decode step of 2.1 ms against 3.6-4.1) while the run served short requests as
 the runs before it had; with the pool, run W's fit carried onto run X holds 17 of 18 where
-without it it held 14 (test_run_x.py), every miss too low. Run Y was profiled with `pdserve
-profile --pool` and predicted before it ran. The committed pooled profiles must be the pool of
-the recorded reports, and the cells outside the bound exactly those RESULTS.md lists."""
+without it it held 14 (test_run_x.py), every miss too low. Runs Y and Z were profiled with
+`pdserve profile --pool` and predicted before they ran. The committed pooled profiles must be
+the pool of the recorded reports, and the cells outside the bound exactly those RESULTS.md
+lists."""
 
 from __future__ import annotations
 
@@ -98,3 +99,32 @@ def test_run_y_predicted_beforehand_with_run_x_s_pooled_fit_and_by_its_own() -> 
     )
     assert _ratio(rows["from_x"], "1p1d", "long", "ttft_p50_s") > 1
     assert _ratio(rows["from_x"], "1p1d", "long", "ttft_p99_s") < 1
+
+
+RUN_Z = "mixed-3way-600-run-z.json"
+OUTSIDE_Z = {
+    "from_x": {
+        ("aggregated", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p50_s"),
+        ("1p1d", "short", "ttft_p99_s"),
+    },
+    "from_y": {
+        ("aggregated", "short", "ttft_p50_s"), ("1p1d", "short", "ttft_p50_s"),
+        ("2p1d", "short", "ttft_p50_s"), ("aggregated", "short", "ttft_p99_s"),
+        ("aggregated", "long", "ttft_p50_s"), ("2p1d", "long", "ttft_p50_s"),
+        ("aggregated", "long", "ttft_p99_s"), ("1p1d", "long", "ttft_p99_s"),
+    },
+}  # fmt: skip
+"""Run Z, profiled with `--pool` on runs T-Y's reports and predicted before it ran: run X's
+pooled fit 15 of 18 (aggregated's and 2P1D's short TTFT p50 0.83 and 0.79, 1P1D's short TTFT
+p99 1.33); run Y's pooled fit 10, every miss too low."""
+
+
+def test_run_z_predicted_beforehand_with_run_x_s_and_run_y_s_pooled_fits() -> None:
+    fits = {
+        "from_x": FIXTURES / "sim-profile-local-x-pooled-loaded.json",
+        "from_y": FIXTURES / "sim-profile-local-y-pooled-loaded.json",
+    }
+    rows = assert_outside_by_fit(
+        RUN_Z, FIXTURES / "sim-profile-local-z-pooled.json", OUTSIDE_Z, fits
+    )
+    assert all(_ratio(rows["from_y"], *key) < 1 for key in OUTSIDE_Z["from_y"])

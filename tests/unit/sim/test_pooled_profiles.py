@@ -3,8 +3,8 @@ refitted on the samples of the VM's profiles up to it (`pooled_profiles.pooled_p
 `pdserve profile --pool` writes). Run X's own profile read the engines faster than any before
 it (a 16-sequence decode step of 2.1 ms against 3.6-4.1) while the run served short requests as
 the runs before it had; with the pool, run W's fit carried onto run X holds 17 of 18 where
-without it it held 14 (test_run_x.py), every miss too low. Runs Y and Z were profiled with
-`pdserve profile --pool` and predicted before they ran. The committed pooled profiles must be
+without it it held 14 (test_run_x.py), every miss too low. Runs Y, Z and AA were profiled
+with `pdserve profile --pool` and predicted before they ran. The committed pooled profiles must be
 the pool of the recorded reports, and the cells outside the bound exactly those RESULTS.md
 lists."""
 
@@ -128,3 +128,22 @@ def test_run_z_predicted_beforehand_with_run_x_s_and_run_y_s_pooled_fits() -> No
         RUN_Z, FIXTURES / "sim-profile-local-z-pooled.json", OUTSIDE_Z, fits
     )
     assert all(_ratio(rows["from_y"], *key) < 1 for key in OUTSIDE_Z["from_y"])
+
+
+RUN_AA = "mixed-3way-600-run-aa.json"
+
+
+def test_run_aa_beforehand_with_the_pool_and_without_it() -> None:
+    """Run AA, predicted before it ran with run X's pooled fit on the pooled profile: 16 of 18,
+    the short TTFT p50s of 1P1D and 2P1D too low (0.84, 0.80). Its own samples alone with run
+    X's own fit (both committed before the run; computed after it): all 18."""
+    outside = {"from_x": {("1p1d", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p50_s")}}
+    fits = {"from_x": FIXTURES / "sim-profile-local-x-pooled-loaded.json"}
+    rows = assert_outside_by_fit(
+        RUN_AA, FIXTURES / "sim-profile-local-aa-pooled.json", outside, fits
+    )
+    assert all(_ratio(rows["from_x"], *key) < 1 for key in outside["from_x"])
+    unpooled = {"from_x": FIXTURES / "sim-profile-local-x-loaded.json"}
+    assert_outside_by_fit(
+        RUN_AA, FIXTURES / "sim-profile-local-aa.json", {"from_x": set()}, unpooled
+    )

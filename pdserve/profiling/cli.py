@@ -26,9 +26,9 @@ from pdserve.config import ConfigError, PdserveConfig, load_config
 from pdserve.profiling import render, report
 from pdserve.profiling.measure import Measurements, Profiler, Progress
 from pdserve.profiling.plan import ProfilePlan, make_plan
-from pdserve.profiling.pool import ProfileSamples, pooled, read_report
+from pdserve.profiling.pool import ProfileSamples, fit_cost_model, pooled, read_report
 from pdserve.profiling.samples import LocalPrefillSample, ProfileError
-from pdserve.profiling.yaml_edit import rounded, snippet, update_config_text, write_atomic
+from pdserve.profiling.yaml_edit import snippet, update_config_text, write_atomic
 from pdserve.router.policy.cost_model import CostModel, FitResult
 
 if TYPE_CHECKING:
@@ -133,11 +133,11 @@ def profile(
         console.print(f"[red]error:[/red] cannot pool: {escape(str(exc))}")
         raise typer.Exit(2) from exc
     try:
-        fit: FitResult = CostModel.fit(samples.prefill, samples.decode, base=base)
+        fit: FitResult = fit_cost_model(samples, base)
     except ValueError as exc:
         console.print(f"[red]cannot fit the cost model:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
-    new = rounded(fit.model)
+    new = fit.model
     _show(console, measured, base, new, fit.notes, samples)
     if earlier:
         _show_pool(console, [this_run, *earlier], new)

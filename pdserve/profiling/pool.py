@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdserve.profiling.samples import LocalPrefillSample, ServingSample
-from pdserve.router.policy.cost_model import DecodeSample, PrefillSample
+from pdserve.profiling.yaml_edit import rounded
+from pdserve.router.policy.cost_model import CostModel, DecodeSample, FitResult, PrefillSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +88,11 @@ def pooled(runs: Sequence[ProfileSamples]) -> ProfileSamples:
         local_prefill=tuple(s for r in runs for s in r.local_prefill),
         serving=tuple(s for r in runs for s in r.serving),
     )
+
+
+def fit_cost_model(samples: ProfileSamples, base: CostModel) -> FitResult:
+    """The cost model `pdserve profile` fits on `samples` (this run's or a pool's), rounded
+    as the config file gets it; `base` gives the coefficients the samples cannot determine.
+    ValueError when the samples cannot determine the model."""
+    fit = CostModel.fit(samples.prefill, samples.decode, base=base)
+    return FitResult(model=rounded(fit.model), notes=fit.notes)

@@ -68,14 +68,17 @@ def _run(transport: httpx.MockTransport, *args: str) -> Any:
 
 
 def _earlier_report(tmp_path: pathlib.Path, prefill_factor: float) -> pathlib.Path:
-    """A report of one run on the mock router, its prefill times scaled by `prefill_factor`
-    (a host that was that much slower while it was profiled)."""
+    """A report of one run on the mock router, its prefill times and serving hops scaled by
+    `prefill_factor` (a host that was that much slower while it was profiled)."""
     path = tmp_path / f"earlier-{prefill_factor}.json"
     result = _run(_router(cold_tokens=128), *QUICK, "--json", str(path))
     assert result.exit_code == 0, result.output
     doc = json.loads(path.read_text())
     for sample in doc["prefill_samples"]:
         sample["seconds"] *= prefill_factor
+    for sample in doc["serving_samples"]:
+        sample["prefill_hops_s"] *= prefill_factor
+        sample["decode_hops_s"] *= prefill_factor
     path.write_text(json.dumps(doc))
     return path
 
@@ -99,6 +102,8 @@ def test_profile_fits_on_this_run_and_the_pooled_reports(tmp_path: pathlib.Path)
     prof = SimProfile.load(sim)
     assert prof.cost_model.fixed_overhead_s == fixed_s
     assert "pooled: this run + " in prof.source
+    # The hop is the median over both runs' serving samples: this run's 4 ms, the other's 12.
+    assert 4e-3 < prof.hop_s < 12e-3
     text = " ".join(result.output.split())
     assert "fitted on 2 runs' samples pooled (this run: B=8 step" in text
     assert f"{earlier}: B=8 step" in text and "% off the fit" in text

@@ -11,9 +11,7 @@ from __future__ import annotations
 import pathlib
 
 from pdserve.config import load_config
-from pdserve.profiling.pool import pooled, read_report
-from pdserve.profiling.yaml_edit import rounded
-from pdserve.router.policy.cost_model import CostModel
+from pdserve.profiling.pool import fit_cost_model, pooled, read_report
 from pdserve.sim.fit import local_hop_s, local_prefill_fixed_s
 from pdserve.sim.profile import SimProfile
 
@@ -30,7 +28,7 @@ def pooled_profile(run: str, first: str = "t") -> SimProfile:
     samples = pooled([read_report(RESULTS / f"profile-local-{n}.json") for n in names])
     own = SimProfile.load(RESULTS / f"sim-profile-local-{run}.json")
     base = load_config(REPO / "deploy" / "local.yaml").router.routing.cost_model
-    fitted = rounded(CostModel.fit(samples.prefill, samples.decode, base=base).model)
+    fitted = fit_cost_model(samples, base).model
     per_token_s = own.cost_model.kv_transfer_per_token_s  # fitted on the serving samples
     cost_model = fitted.model_copy(update={"kv_transfer_per_token_s": per_token_s})
     return own.model_copy(

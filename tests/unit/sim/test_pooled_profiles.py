@@ -13,9 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pdserve.config import load_config
-from pdserve.profiling.pool import pooled, read_report
-from pdserve.profiling.yaml_edit import rounded
-from pdserve.router.policy.cost_model import CostModel
+from pdserve.profiling.pool import fit_cost_model, pooled, read_report
 from pdserve.sim.fit import fit_sim_profile
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.pooled_profiles import REPO, RESULTS, VM_RUNS, pooled_profile
@@ -81,7 +79,7 @@ def test_run_y_profiled_with_the_pool_as_the_command_wrote_it() -> None:
     reports = [read_report(RESULTS / f"profile-local-{r}.json") for r in (*VM_RUNS, "y")]
     samples = pooled([reports[-1], *reports[:-1]])
     base = load_config(REPO / "deploy" / "local.yaml").router.routing.cost_model
-    model = rounded(CostModel.fit(samples.prefill, samples.decode, base=base).model)
+    model = fit_cost_model(samples, base).model
     fitted = fit_sim_profile(model, samples.serving, source="", local_prefill=samples.local_prefill)
     committed = SimProfile.load(FIXTURES / "sim-profile-local-y-pooled.json")
     assert committed.cost_model == fitted.cost_model

@@ -218,7 +218,8 @@ def _fit_host(
         f"host contention fitted on {name}: {fitted.host_contention:.2f} ({host_cores} host "
         f"cores); engine steps under load +{fitted.engine_step_extra_s * 1e3:.2f} ms, "
         f"host speed spread (log-normal sigma per 50 ms) {fitted.step_speed_sigma:.2f}, "
-        f"prompt tokens x{fitted.prefill_step_factor:.2f}"
+        f"prompt tokens x{fitted.prefill_step_factor:.2f}, a local prompt's fixed cost "
+        f"x{fitted.local_prefill_load_factor:.2f} ({fitted.loaded_prompt_fixed_s() * 1e3:.2f} ms)"
     )
     local = fitted.local_jitter_sigma
     console.print(

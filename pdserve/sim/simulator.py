@@ -125,7 +125,7 @@ class Simulation:
         self._pool_of: dict[str, PoolName] = {}
         self._group_of: dict[str, str] = {}
         for spec in layout.engines:
-            own = None if spec.pool == "prefill" else profile.own_prompt_fixed_s()
+            own = None if spec.pool == "prefill" else profile.loaded_prompt_fixed_s()
             self._engines[spec.engine_id] = SimEngine(
                 spec.engine_id, spec.limits, cost, prompt_fixed_s=own
             )

@@ -19,6 +19,7 @@ from pdserve.sim.fit import (
     HOPS_PER_STAGE,
     PREFILL_FACTOR_RUNS,
     STALL_FIT_RUNS,
+    _local_prefill_load_factor,
     _lognormal_sigma,
     _prefill_step_factor,
     _stalls,
@@ -173,6 +174,51 @@ def test_prompt_steps_take_the_factor_that_gives_the_run_s_prefill_median() -> N
     none = measured.model_copy(update={"stages": stages})
     kept = fitted.model_copy(update={"prefill_step_factor": 1.7})
     assert _prefill_step_factor(kept, layout, workload, none) == 1.7
+
+
+def test_local_prompts_take_the_factor_that_gives_the_run_s_first_step() -> None:
+    """The fit scales a local prompt's fixed cost until the simulated first step of the run's
+    locally prefilled class (run A's short prompts: no prefill stage) is the run's
+    decode_first_token p50: with that step made 3 ms slower, the factor grows and the
+    simulation, pooled as the fit pools it, lands on the new median. A run whose local first
+    step is faster than the idle cost allows keeps 1 (not faster under load than idle); a
+    run without classes, or without a local one, keeps the profile's factor."""
+    fitted, measured = _fit(drop_classes=False)
+    _, layout, workload, _ = _inputs()
+    classes = measured.classes or {}
+    local = [n for n, m in classes.items() if "prefill" not in (m.stages or {})]
+    assert local == ["short"]
+    short = classes["short"]
+    first = (short.stages or {})["decode_first_token"]
+    assert first.p50_s is not None
+
+    def with_first_step(p50_s: float) -> PolicyReport:
+        step = first.model_copy(update={"p50_s": p50_s})
+        cls = short.model_copy(
+            update={"stages": {**(short.stages or {}), "decode_first_token": step}}
+        )
+        return measured.model_copy(update={"classes": {**classes, "short": cls}})
+
+    def simulated_p50(profile: SimProfile) -> float:
+        pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)
+        value = (pooled.classes["short"].stages or {})["decode_first_token"].p50_s
+        assert value is not None
+        return value
+
+    base_s = simulated_p50(fitted.model_copy(update={"local_prefill_load_factor": 1.0}))
+    slower = with_first_step(base_s + 0.003)
+    factor = _local_prefill_load_factor(fitted, layout, workload, slower)
+    assert factor > 1 + 0.002 / fitted.own_prompt_fixed_s()
+    trial = fitted.model_copy(update={"local_prefill_load_factor": factor})
+    assert simulated_p50(trial) == pytest.approx(base_s + 0.003, rel=0.1)
+    assert _local_prefill_load_factor(fitted, layout, workload, with_first_step(1e-4)) == 1.0
+    kept = fitted.model_copy(update={"local_prefill_load_factor": 1.7})
+    no_classes = measured.model_copy(update={"classes": None})
+    assert _local_prefill_load_factor(kept, layout, workload, no_classes) == 1.7
+    remote_only = measured.model_copy(
+        update={"classes": {n: m for n, m in classes.items() if n not in local}}
+    )
+    assert _local_prefill_load_factor(kept, layout, workload, remote_only) == 1.7
 
 
 def test_the_client_s_spread_is_the_classes_mean() -> None:

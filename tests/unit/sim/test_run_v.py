@@ -27,13 +27,14 @@ OUTSIDE = {
         ("aggregated", "long", "ttft_p50_s"),
     },
     "own": {
-        ("aggregated", "short", "ttft_p99_s"), ("1p1d", "short", "ttft_p99_s"),
+        ("aggregated", "short", "ttft_p99_s"), ("1p1d", "short", "ttft_p50_s"),
         ("aggregated", "long", "ttft_p50_s"), ("aggregated", "long", "ttft_p99_s"),
     },
 }  # fmt: skip
 """With run U's fit (beforehand): 13 of 18 (short TTFT p50s 1.31 and 1.24 on 1P1D and 2P1D,
 short TTFT p99s 0.69 aggregated and 1.59 on 1P1D, aggregated long TTFT p50 0.85). Run V's own
-1P1D fit: 14."""
+1P1D fit: 14 (with its local prompts' loaded fixed cost fitted, x1.06, 1P1D's short TTFT p50
+comes out 1.16 and its p99 moves into the bound)."""
 
 
 def test_run_v_predicted_beforehand_with_run_u_s_fit_and_by_its_own_fit() -> None:

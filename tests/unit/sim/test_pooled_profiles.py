@@ -150,3 +150,129 @@ def test_run_aa_beforehand_with_the_pool_and_without_it() -> None:
     assert_outside_by_fit(
         RUN_AA, FIXTURES / "sim-profile-local-aa.json", {"from_x": set()}, unpooled
     )
+
+
+FIT_X_LOADED_COST = FIXTURES / "sim-profile-local-x-pooled-loaded-2026-12-05.json"
+"""Run X's pooled fit refitted with a local prompt's fixed cost under load (x1.41 of the pooled
+profile's idle cost; `SimProfile.local_prefill_load_factor`)."""
+
+
+OUTSIDE_Y_LOADED_COST = {
+    ("1p1d", "short", "ttft_p50_s"), ("1p1d", "short", "ttft_p99_s"),
+    ("1p1d", "long", "ttft_p50_s"), ("1p1d", "long", "ttft_p99_s"),
+    ("2p1d", "long", "ttft_p50_s"),
+}  # fmt: skip
+"""Run Y with run X's refitted pooled fit: 13 (1P1D's short TTFT p50 1.19 and p99 1.77, long
+TTFT p50 1.29 and p99 0.61, 2P1D's long TTFT p50 1.15)."""
+
+
+def test_run_x_s_fit_with_the_loaded_local_cost_on_runs_y_z_and_aa() -> None:
+    """Run X's refitted pooled fit on the runs after it, against the fit of its day (above):
+    Y 13 (15 before), Z 18 (15), AA 18 (16). The short TTFT p50s it put too low on Z and AA
+    now hold; on Y, whose 1P1D ran faster than on any run before it, the short requests come
+    out too slow."""
+    assert_outside_by_fit(
+        RUN_Y, FIXTURES / "sim-profile-local-y-pooled.json",
+        {"from_x": OUTSIDE_Y_LOADED_COST}, {"from_x": FIT_X_LOADED_COST},
+    )  # fmt: skip
+    for run, idle in ((RUN_Z, "z"), (RUN_AA, "aa")):
+        assert_outside_by_fit(
+            run, FIXTURES / f"sim-profile-local-{idle}-pooled.json",
+            {"from_x": set()}, {"from_x": FIT_X_LOADED_COST},
+        )  # fmt: skip
+
+
+RUN_AB = "mixed-3way-600-run-ab.json"
+OUTSIDE_AB = {
+    "from_x": {("2p1d", "short", "ttft_p99_s"), ("2p1d", "long", "ttft_p50_s")},
+    "from_aa": {("2p1d", "short", "ttft_p99_s")},
+}
+"""Run AB, predicted before it ran (2099cce) with run X's refitted pooled fit: 16 of 18, both
+misses on 2P1D too high (short TTFT p99 1.46, long TTFT p50 1.20: its long prompts' TTFT p50
+measured 0.102 s, against 0.129 and 0.125 on runs Z and AA); with run AA's pooled fit
+refitted the same way: 17 (2P1D's short TTFT p99 1.65)."""
+OUTSIDE_AB_UNPOOLED = {
+    ("aggregated", "short", "ttft_p50_s"), ("1p1d", "short", "ttft_p50_s"),
+    ("aggregated", "short", "ttft_p99_s"), ("1p1d", "long", "ttft_p50_s"),
+    ("1p1d", "long", "ttft_p99_s"),
+}  # fmt: skip
+"""Run AB's samples alone (its own idle hop 1.5 ms, the pooled serving samples' 2.4) with run
+X's own refitted fit: 13, every miss too low."""
+
+
+def test_run_ab_predicted_beforehand_with_the_loaded_local_cost() -> None:
+    fits = {
+        "from_x": FIT_X_LOADED_COST,
+        "from_aa": FIXTURES / "sim-profile-local-aa-pooled-loaded-2026-12-05.json",
+    }
+    rows = assert_outside_by_fit(
+        RUN_AB, FIXTURES / "sim-profile-local-ab-pooled.json", OUTSIDE_AB, fits
+    )
+    assert all(_ratio(rows[how], *key) > 1 for how, keys in OUTSIDE_AB.items() for key in keys)
+    unpooled = {"from_x": FIXTURES / "sim-profile-local-x-loaded-2026-12-05.json"}
+    rows = assert_outside_by_fit(
+        RUN_AB, FIXTURES / "sim-profile-local-ab.json", {"from_x": OUTSIDE_AB_UNPOOLED}, unpooled
+    )
+    assert all(_ratio(rows["from_x"], *key) < 1 for key in OUTSIDE_AB_UNPOOLED)
+
+
+RUN_AC = "mixed-3way-600-run-ac.json"
+OUTSIDE_AC = {
+    "from_x": {("1p1d", "short", "ttft_p50_s")},
+    "from_ab": {("1p1d", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p99_s")},
+}
+"""Run AC, predicted before it ran (30f439d) with run X's refitted pooled fit: 17 of 18, 1P1D's
+short TTFT p50 too low (0.80: measured 14.2 and 14.1 ms in its two rounds, predicted 11.3);
+with run AB's pooled fit refitted the same way: 16 (that cell 0.82, 2P1D's short TTFT p99
+1.40)."""
+OUTSIDE_AC_UNPOOLED = {
+    ("aggregated", "short", "ttft_p50_s"), ("1p1d", "short", "ttft_p50_s"),
+    ("2p1d", "short", "ttft_p50_s"), ("aggregated", "short", "ttft_p99_s"),
+    ("1p1d", "short", "ttft_p99_s"), ("aggregated", "long", "ttft_p50_s"),
+    ("1p1d", "long", "ttft_p50_s"), ("aggregated", "long", "ttft_p99_s"),
+}  # fmt: skip
+"""Run AC's samples alone (its own idle hop 1.4 ms) with run X's own refitted fit: 10, every
+miss too low."""
+
+
+def test_run_ac_predicted_beforehand_with_the_loaded_local_cost() -> None:
+    fits = {
+        "from_x": FIT_X_LOADED_COST,
+        "from_ab": FIXTURES / "sim-profile-local-ab-pooled-loaded-2026-12-05.json",
+    }
+    rows = assert_outside_by_fit(
+        RUN_AC, FIXTURES / "sim-profile-local-ac-pooled.json", OUTSIDE_AC, fits
+    )
+    for how in OUTSIDE_AC:
+        assert _ratio(rows[how], "1p1d", "short", "ttft_p50_s") < 0.85
+    unpooled = {"from_x": FIXTURES / "sim-profile-local-x-loaded-2026-12-05.json"}
+    rows = assert_outside_by_fit(
+        RUN_AC, FIXTURES / "sim-profile-local-ac.json", {"from_x": OUTSIDE_AC_UNPOOLED}, unpooled
+    )
+    assert all(_ratio(rows["from_x"], *key) < 1 for key in OUTSIDE_AC_UNPOOLED)
+
+
+RUN_AD = "mixed-3way-600-run-ad.json"
+OUTSIDE_AD = {
+    "from_x": {
+        ("aggregated", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p50_s"),
+        ("aggregated", "long", "ttft_p50_s"), ("aggregated", "long", "ttft_p99_s"),
+    },
+    "from_ac": {("aggregated", "long", "ttft_p50_s"), ("aggregated", "long", "ttft_p99_s")},
+}  # fmt: skip
+"""Run AD, predicted before it ran (71fb8e8) with run X's refitted pooled fit: 14 of 18, every
+miss too low, three of them aggregated, which served slower than on runs Y-AC (long TTFT p50
+0.086 s against 0.071-0.081; short TTFT p50s 0.78 and 0.79 on aggregated and 2P1D, aggregated
+long TTFT p50 0.80 and p99 0.62); with run AC's pooled fit refitted the same way: 16 (the two
+aggregated long-prompt cells, 0.81 and 0.64)."""
+
+
+def test_run_ad_predicted_beforehand_with_the_loaded_local_cost() -> None:
+    fits = {
+        "from_x": FIT_X_LOADED_COST,
+        "from_ac": FIXTURES / "sim-profile-local-ac-pooled-loaded-2026-12-05.json",
+    }
+    rows = assert_outside_by_fit(
+        RUN_AD, FIXTURES / "sim-profile-local-ad-pooled.json", OUTSIDE_AD, fits
+    )
+    assert all(_ratio(rows[how], *key) < 1 for how, keys in OUTSIDE_AD.items() for key in keys)

@@ -24,7 +24,8 @@ from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
 from pdserve.sim.bounds import within
 from pdserve.sim.carry import carry_load, serving_speed_ratio
-from pdserve.sim.fit import fit_host_contention, idle_steps_slower_than_run
+from pdserve.sim.fit import fit_host_contention
+from pdserve.sim.fit_engine import idle_steps_slower_than_run
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import (
     compare,

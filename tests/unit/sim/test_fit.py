@@ -17,13 +17,15 @@ from pdserve.bench.report import CLIENT_OVERHEAD, BenchReport, PolicyReport
 from pdserve.config import load_config
 from pdserve.sim.fit import (
     HOPS_PER_STAGE,
-    PREFILL_FACTOR_RUNS,
     STALL_FIT_RUNS,
-    _local_prefill_load_factor,
     _lognormal_sigma,
-    _prefill_step_factor,
     _stalls,
     fit_host_contention,
+)
+from pdserve.sim.fit_engine import (
+    PREFILL_FACTOR_RUNS,
+    fit_local_prefill_load_factor,
+    fit_prefill_step_factor,
 )
 from pdserve.sim.layout import SimLayout, layout_from_config
 from pdserve.sim.predict import predict
@@ -163,17 +165,17 @@ def test_prompt_steps_take_the_factor_that_gives_the_run_s_prefill_median() -> N
     assert simulated_p50(fitted) == pytest.approx(stage.p50_s, rel=0.1)
     slower = stage.model_copy(update={"p50_s": 1.5 * stage.p50_s})
     run = measured.model_copy(update={"stages": {**(measured.stages or {}), "prefill": slower}})
-    factor = _prefill_step_factor(fitted, layout, workload, run)
+    factor = fit_prefill_step_factor(fitted, layout, workload, run)
     assert factor > 1.3 * fitted.prefill_step_factor
     trial = fitted.model_copy(update={"prefill_step_factor": factor})
     assert simulated_p50(trial) == pytest.approx(1.5 * stage.p50_s, rel=0.1)
     fast = stage.model_copy(update={"p50_s": 0.001})
     run = measured.model_copy(update={"stages": {**(measured.stages or {}), "prefill": fast}})
-    assert _prefill_step_factor(fitted, layout, workload, run) == 1.0
+    assert fit_prefill_step_factor(fitted, layout, workload, run) == 1.0
     stages = {k: v for k, v in (measured.stages or {}).items() if k != "prefill"}
     none = measured.model_copy(update={"stages": stages})
     kept = fitted.model_copy(update={"prefill_step_factor": 1.7})
-    assert _prefill_step_factor(kept, layout, workload, none) == 1.7
+    assert fit_prefill_step_factor(kept, layout, workload, none) == 1.7
 
 
 def test_local_prompts_take_the_factor_that_gives_the_run_s_first_step() -> None:
@@ -207,18 +209,18 @@ def test_local_prompts_take_the_factor_that_gives_the_run_s_first_step() -> None
 
     base_s = simulated_p50(fitted.model_copy(update={"local_prefill_load_factor": 1.0}))
     slower = with_first_step(base_s + 0.003)
-    factor = _local_prefill_load_factor(fitted, layout, workload, slower)
+    factor = fit_local_prefill_load_factor(fitted, layout, workload, slower)
     assert factor > 1 + 0.002 / fitted.own_prompt_fixed_s()
     trial = fitted.model_copy(update={"local_prefill_load_factor": factor})
     assert simulated_p50(trial) == pytest.approx(base_s + 0.003, rel=0.1)
-    assert _local_prefill_load_factor(fitted, layout, workload, with_first_step(1e-4)) == 1.0
+    assert fit_local_prefill_load_factor(fitted, layout, workload, with_first_step(1e-4)) == 1.0
     kept = fitted.model_copy(update={"local_prefill_load_factor": 1.7})
     no_classes = measured.model_copy(update={"classes": None})
-    assert _local_prefill_load_factor(kept, layout, workload, no_classes) == 1.7
+    assert fit_local_prefill_load_factor(kept, layout, workload, no_classes) == 1.7
     remote_only = measured.model_copy(
         update={"classes": {n: m for n, m in classes.items() if n not in local}}
     )
-    assert _local_prefill_load_factor(kept, layout, workload, remote_only) == 1.7
+    assert fit_local_prefill_load_factor(kept, layout, workload, remote_only) == 1.7
 
 
 def test_the_client_s_spread_is_the_classes_mean() -> None:

@@ -17,7 +17,12 @@ from pdserve.profiling.pool import fit_cost_model, pooled, read_report
 from pdserve.sim.fit import fit_sim_profile
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.pooled_profiles import REPO, RESULTS, VM_RUNS, pooled_profile
-from tests.unit.sim.test_against_measurements import FIXTURES, _ratio, assert_outside_by_fit
+from tests.unit.sim.test_against_measurements import (
+    FIXTURES,
+    Rows,
+    _ratio,
+    assert_outside_by_fit,
+)
 
 COMMITTED = ("w", "x")
 """The pooled profiles the tests below predict with (copies of bench/results/)."""
@@ -182,7 +187,6 @@ def test_run_x_s_fit_with_the_loaded_local_cost_on_runs_y_z_and_aa() -> None:
         )  # fmt: skip
 
 
-RUN_AB = "mixed-3way-600-run-ab.json"
 OUTSIDE_AB = {
     "from_x": {("2p1d", "short", "ttft_p99_s"), ("2p1d", "long", "ttft_p50_s")},
     "from_aa": {("2p1d", "short", "ttft_p99_s")},
@@ -200,23 +204,37 @@ OUTSIDE_AB_UNPOOLED = {
 X's own refitted fit: 13, every miss too low."""
 
 
-def test_run_ab_predicted_beforehand_with_the_loaded_local_cost() -> None:
+def _beforehand(
+    run: str, previous: str, outside: dict[str, set[tuple[str, str, str]]]
+) -> dict[str, Rows]:
+    """`run` (a run name, e.g. "ab") predicted as it was before it ran: run X's refitted pooled
+    fit ("from_x") and the previous run's ("from_<previous>") carried onto its pooled profile;
+    its cells outside the bound are exactly `outside`'s."""
     fits = {
         "from_x": FIT_X_LOADED_COST,
-        "from_aa": FIXTURES / "sim-profile-local-aa-pooled-loaded-2026-12-05.json",
+        f"from_{previous}": FIXTURES
+        / f"sim-profile-local-{previous}-pooled-loaded-2026-12-05.json",
     }
-    rows = assert_outside_by_fit(
-        RUN_AB, FIXTURES / "sim-profile-local-ab-pooled.json", OUTSIDE_AB, fits
-    )
-    assert all(_ratio(rows[how], *key) > 1 for how, keys in OUTSIDE_AB.items() for key in keys)
+    idle = FIXTURES / f"sim-profile-local-{run}-pooled.json"
+    return assert_outside_by_fit(f"mixed-3way-600-run-{run}.json", idle, outside, fits)
+
+
+def _unpooled_all_low(run: str, outside: set[tuple[str, str, str]]) -> None:
+    """`run`'s samples alone with run X's own refitted fit: exactly `outside` misses, all low."""
     unpooled = {"from_x": FIXTURES / "sim-profile-local-x-loaded-2026-12-05.json"}
+    idle = FIXTURES / f"sim-profile-local-{run}.json"
     rows = assert_outside_by_fit(
-        RUN_AB, FIXTURES / "sim-profile-local-ab.json", {"from_x": OUTSIDE_AB_UNPOOLED}, unpooled
+        f"mixed-3way-600-run-{run}.json", idle, {"from_x": outside}, unpooled
     )
-    assert all(_ratio(rows["from_x"], *key) < 1 for key in OUTSIDE_AB_UNPOOLED)
+    assert all(_ratio(rows["from_x"], *key) < 1 for key in outside)
 
 
-RUN_AC = "mixed-3way-600-run-ac.json"
+def test_run_ab_predicted_beforehand_with_the_loaded_local_cost() -> None:
+    rows = _beforehand("ab", "aa", OUTSIDE_AB)
+    assert all(_ratio(rows[how], *key) > 1 for how, keys in OUTSIDE_AB.items() for key in keys)
+    _unpooled_all_low("ab", OUTSIDE_AB_UNPOOLED)
+
+
 OUTSIDE_AC = {
     "from_x": {("1p1d", "short", "ttft_p50_s")},
     "from_ab": {("1p1d", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p99_s")},
@@ -236,23 +254,12 @@ miss too low."""
 
 
 def test_run_ac_predicted_beforehand_with_the_loaded_local_cost() -> None:
-    fits = {
-        "from_x": FIT_X_LOADED_COST,
-        "from_ab": FIXTURES / "sim-profile-local-ab-pooled-loaded-2026-12-05.json",
-    }
-    rows = assert_outside_by_fit(
-        RUN_AC, FIXTURES / "sim-profile-local-ac-pooled.json", OUTSIDE_AC, fits
-    )
+    rows = _beforehand("ac", "ab", OUTSIDE_AC)
     for how in OUTSIDE_AC:
         assert _ratio(rows[how], "1p1d", "short", "ttft_p50_s") < 0.85
-    unpooled = {"from_x": FIXTURES / "sim-profile-local-x-loaded-2026-12-05.json"}
-    rows = assert_outside_by_fit(
-        RUN_AC, FIXTURES / "sim-profile-local-ac.json", {"from_x": OUTSIDE_AC_UNPOOLED}, unpooled
-    )
-    assert all(_ratio(rows["from_x"], *key) < 1 for key in OUTSIDE_AC_UNPOOLED)
+    _unpooled_all_low("ac", OUTSIDE_AC_UNPOOLED)
 
 
-RUN_AD = "mixed-3way-600-run-ad.json"
 OUTSIDE_AD = {
     "from_x": {
         ("aggregated", "short", "ttft_p50_s"), ("2p1d", "short", "ttft_p50_s"),
@@ -268,11 +275,5 @@ aggregated long-prompt cells, 0.81 and 0.64)."""
 
 
 def test_run_ad_predicted_beforehand_with_the_loaded_local_cost() -> None:
-    fits = {
-        "from_x": FIT_X_LOADED_COST,
-        "from_ac": FIXTURES / "sim-profile-local-ac-pooled-loaded-2026-12-05.json",
-    }
-    rows = assert_outside_by_fit(
-        RUN_AD, FIXTURES / "sim-profile-local-ad-pooled.json", OUTSIDE_AD, fits
-    )
+    rows = _beforehand("ad", "ac", OUTSIDE_AD)
     assert all(_ratio(rows[how], *key) < 1 for how, keys in OUTSIDE_AD.items() for key in keys)

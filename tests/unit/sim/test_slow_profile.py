@@ -12,7 +12,7 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport
 from pdserve.config import load_config
-from pdserve.sim.fit import SLOW_PROFILE_TOLERANCE, idle_steps_slower_than_run
+from pdserve.sim.fit_engine import SLOW_PROFILE_TOLERANCE, idle_steps_slower_than_run
 from pdserve.sim.layout import layout_from_config
 from pdserve.sim.profile import SimProfile
 

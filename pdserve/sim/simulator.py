@@ -27,7 +27,9 @@ too (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local pre
 token); all fitted from a measured run's timeline. Every engine step takes
 `engine_step_extra_s` on top of the cost model's time (the run's loaded step time; the prompt
 tokens a step computes take `prefill_step_factor` times their per-token and attention terms
-first, the step's fixed costs and decoding sequences as idle), and
+first, the step's fixed costs and decoding sequences as idle; a prompt prefilled on the engine
+that decodes it pays `SimProfile.loaded_prompt_fixed_s`, its idle fixed cost times
+`local_prefill_load_factor`), and
 then runs at the host's speed of the moment (`step_speed_sigma`: one log-normal factor per
 STEP_SPEED_PERIOD_S window of the clock, shared by every engine), so a whole short stream can
 decode fast or slow, and a prompt prefill fast or slow, as on a shared host.

@@ -19,7 +19,7 @@ DIMENSIONLESS_LOAD_TERMS = (
     "host_contention", "step_speed_sigma", "serving_jitter_sigma", "decode_jitter_sigma",
     "local_jitter_sigma", "client_jitter_sigma", "host_stall_rate_per_s",
     "host_stall_median_s", "host_stall_sigma", "prefill_step_factor",
-    "local_prefill_load_factor",
+    "local_prefill_load_factor", "local_hop_load_factor",
 )  # fmt: skip
 """Taken as fitted. The stalls' length is a time, but the other tenants' and the OS's, not
 this machine's serving layer, so it is not scaled."""
@@ -45,6 +45,7 @@ def has_load_terms(profile: SimProfile) -> bool:
         or profile.engine_step_extra_s > 0
         or profile.prefill_step_factor != 1.0
         or profile.local_prefill_load_factor != 1.0
+        or profile.local_hop_load_factor != 1.0
         or profile.serving_jitter_sigma > 0
         or profile.decode_jitter_sigma > 0
         or profile.client_s > 0

@@ -220,7 +220,9 @@ def _fit_host(
         f"cores); engine steps under load +{fitted.engine_step_extra_s * 1e3:.2f} ms, "
         f"host speed spread (log-normal sigma per 50 ms) {fitted.step_speed_sigma:.2f}, "
         f"prompt tokens x{fitted.prefill_step_factor:.2f}, a local prompt's fixed cost "
-        f"x{fitted.local_prefill_load_factor:.2f} ({fitted.loaded_prompt_fixed_s() * 1e3:.2f} ms)"
+        f"x{fitted.local_prefill_load_factor:.2f} ({fitted.loaded_prompt_fixed_s() * 1e3:.2f} ms), "
+        f"a local request's hop x{fitted.local_hop_load_factor:.2f} "
+        f"({fitted.loaded_local_hop_s() * 1e3:.2f} ms)"
     )
     local = fitted.local_jitter_sigma
     console.print(
@@ -260,7 +262,9 @@ def _load_profile(
         f"+{carried.engine_step_extra_s * 1e3:.2f} ms, client "
         f"{carried.client_s * 1e3:.1f} ms + {carried.client_per_token_s * 1e6:.2f} us/token, "
         f"intake {carried.intake_s(1000) * 1e3:.1f} ms per 1,000 prompt tokens, "
-        f"host stalls {carried.host_stall_rate_per_s:g} per second"
+        f"host stalls {carried.host_stall_rate_per_s:g} per second, a local prompt's fixed "
+        f"cost x{carried.local_prefill_load_factor:.2f}, a local request's hop "
+        f"x{carried.local_hop_load_factor:.2f}"
     )
     return carried
 

@@ -15,6 +15,7 @@ from pdserve.profiling.samples import LocalPrefillSample, ServingSample
 from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.fit_engine import (
     fit_engine_steps,
+    fit_local_hop_load_factor,
     fit_local_prefill_load_factor,
     fit_prefill_step_factor,
     log_error,
@@ -137,7 +138,8 @@ def fit_host_contention(
     simulated streams closest to the run's (`_stalls`; without, the profile's are kept).
     Then, with all of that in, the `local_prefill_load_factor` that makes the simulated first
     step of the run's locally prefilled request classes the run's
-    (`fit_local_prefill_load_factor`). Raises ValueError
+    (`fit_local_prefill_load_factor`), and the `local_hop_load_factor` that makes their
+    decode_hops the run's (`fit_local_hop_load_factor`). Raises ValueError
     when the run has no remote-prefill timeline (aggregated, or not pdserve)."""
     stages = measured.stages or {}
     pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")
@@ -197,7 +199,9 @@ def fit_host_contention(
         )
     # Last, with everything a local prompt waits on in (the steps and stalls around it).
     load_factor = fit_local_prefill_load_factor(fitted, layout, workload, measured)
-    return fitted.model_copy(update={"local_prefill_load_factor": load_factor})
+    fitted = fitted.model_copy(update={"local_prefill_load_factor": load_factor})
+    hop_factor = fit_local_hop_load_factor(fitted, layout, workload, measured)
+    return fitted.model_copy(update={"local_hop_load_factor": hop_factor})
 
 
 STALL_RATES_PER_S = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0)

@@ -1,7 +1,8 @@
 """The engines' terms under load, fitted by simulating a measured run (pure): the extra step
-time and the host's speed spread (TPOT), the prompt tokens' slow-down (the prefill stage), and
-a local prompt's fixed cost (the first step of locally prefilled classes). Called by
-`fit.fit_host_contention`, which fits the serving layer around them."""
+time and the host's speed spread (TPOT), the prompt tokens' slow-down (the prefill stage), a
+local prompt's fixed cost (the first step of locally prefilled classes) and a local request's
+hops (their decode_hops). Called by `fit.fit_host_contention`, which fits the serving layer
+around them."""
 
 from __future__ import annotations
 
@@ -189,22 +190,16 @@ def fit_local_prefill_load_factor(
 
     Checked on the recorded runs T-AA (bench/RESULTS.md, "A local prompt's fixed cost under
     load"): own fits held 122 of 144 cells against 119, carried fits 175 of 216 against 166."""
-    classes = [
-        name
-        for name, m in (measured.classes or {}).items()
-        if (m.stages or {}).get("prefill") is None
-        and (first := (m.stages or {}).get("decode_first_token")) is not None
-        and first.p50_s is not None
-    ]
+    classes = _local_classes(measured, "decode_first_token")
     idle_s = profile.own_prompt_fixed_s()
     if not classes or idle_s <= 0:
         return profile.local_prefill_load_factor
-    target_s = statistics.fmean(_first_step_p50_s(measured.classes or {}, classes))
+    target_s = statistics.fmean(_stage_p50_s(measured.classes or {}, classes, "decode_first_token"))
     factor = profile.local_prefill_load_factor
     for _ in range(LOCAL_FACTOR_ROUNDS):
         trial = profile.model_copy(update={"local_prefill_load_factor": factor})
         pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
-        simulated = _first_step_p50_s(pooled.classes, classes)
+        simulated = _stage_p50_s(pooled.classes, classes, "decode_first_token")
         if len(simulated) < len(classes):
             return profile.local_prefill_load_factor
         factor += (target_s - statistics.fmean(simulated)) / idle_s
@@ -212,12 +207,56 @@ def fit_local_prefill_load_factor(
     return factor
 
 
-def _first_step_p50_s(classes: Mapping[str, Metrics], names: Sequence[str]) -> list[float]:
-    """decode_first_token's p50 of each of the `names` classes that has one."""
+MAX_LOCAL_HOP_LOAD_FACTOR = 8.0
+"""The most `fit_local_hop_load_factor` returns (SimProfile.local_hop_load_factor's bound)."""
+
+
+def fit_local_hop_load_factor(
+    profile: SimProfile, layout: SimLayout, workload: BenchConfig, measured: PolicyReport
+) -> float:
+    """The `local_hop_load_factor` that makes the simulated hops of the run's local request
+    classes (those with no prefill stage) the measured ones: the mean over those classes of
+    decode_hops' p50, pooled over PREFILL_FACTOR_RUNS simulated runs. Each round scales the
+    factor by measured / simulated, kept within [1, MAX_LOCAL_HOP_LOAD_FACTOR] (not faster
+    under load than idle). The profile's factor when the run has no local class or the
+    simulation no such stage.
+
+    Checked on the recorded runs X-AD (bench/RESULTS.md, "A local request's hops under
+    load")."""
+    classes = _local_classes(measured, "decode_hops")
+    if not classes or profile.loaded_local_hop_s() <= 0:
+        return profile.local_hop_load_factor
+    target_s = statistics.fmean(_stage_p50_s(measured.classes or {}, classes, "decode_hops"))
+    factor = profile.local_hop_load_factor
+    for _ in range(LOCAL_FACTOR_ROUNDS):
+        trial = profile.model_copy(update={"local_hop_load_factor": factor})
+        pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
+        simulated = _stage_p50_s(pooled.classes, classes, "decode_hops")
+        if len(simulated) < len(classes) or statistics.fmean(simulated) <= 0:
+            return profile.local_hop_load_factor
+        factor *= target_s / statistics.fmean(simulated)
+        factor = min(MAX_LOCAL_HOP_LOAD_FACTOR, max(1.0, factor))
+    return factor
+
+
+def _local_classes(measured: PolicyReport, stage: str) -> list[str]:
+    """The run's request classes prefilled on their decode engine (no prefill stage) whose
+    `stage` p50 was measured."""
+    return [
+        name
+        for name, m in (measured.classes or {}).items()
+        if (m.stages or {}).get("prefill") is None
+        and (stats := (m.stages or {}).get(stage)) is not None
+        and stats.p50_s is not None
+    ]
+
+
+def _stage_p50_s(classes: Mapping[str, Metrics], names: Sequence[str], stage: str) -> list[float]:
+    """`stage`'s p50 of each of the `names` classes that has one."""
     out: list[float] = []
     for name in names:
         m = classes.get(name)
-        first = (m.stages or {}).get("decode_first_token") if m is not None else None
-        if first is not None and first.p50_s is not None:
-            out.append(first.p50_s)
+        stats = (m.stages or {}).get(stage) if m is not None else None
+        if stats is not None and stats.p50_s is not None:
+            out.append(stats.p50_s)
     return out

@@ -388,11 +388,11 @@ class Simulation:
     def _decode_hop(self, *, local: bool) -> float:
         """One hop of the decode path (to the decode replica, or a stream chunk back) of a
         request that prefills on its decode engine (`local`: up to its first token, the
-        profile's local_hop_s when measured) or was prefilled remotely."""
+        profile's loaded local hop) or was prefilled remotely."""
         p = self._profile
         sigma = p.local_jitter_sigma if local and p.local_jitter_sigma is not None else None
         sigma = p.decode_jitter_sigma if sigma is None else sigma
-        hop_s = p.local_hop_s if local and p.local_hop_s is not None else p.hop_s
+        hop_s = p.loaded_local_hop_s() if local else p.hop_s
         return self._spread(hop_s, sigma)
 
     def _serving(self, base_s: float) -> float:

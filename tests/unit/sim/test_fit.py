@@ -24,6 +24,7 @@ from pdserve.sim.fit import (
 )
 from pdserve.sim.fit_engine import (
     PREFILL_FACTOR_RUNS,
+    fit_local_hop_load_factor,
     fit_local_prefill_load_factor,
     fit_prefill_step_factor,
 )
@@ -270,3 +271,48 @@ def test_stalls_lengthen_the_stream_tail_the_fit_matches() -> None:
         return abs(math.log(itl / measured.itl_p99_s))
 
     assert error(fitted) < error(without)
+
+
+def test_local_hops_take_the_factor_that_gives_the_run_s_decode_hops() -> None:
+    """The fit scales a local request's hop until the simulated decode_hops of the run's
+    locally prefilled class (run A's short prompts) are the run's p50: with them made 1.5x
+    the simulated idle-hop value, the factor grows and the simulation, pooled as the fit pools
+    it, lands on the new median; the simulator charges the scaled hop only to local requests
+    (the remote class's decode_hops move by under a tenth, through the timing of the batches
+    they share, while the local ones grow by half). A run whose local hops are faster than idle
+    keeps 1; a run without classes, or without a local one, keeps the profile's factor."""
+    fitted, measured = _fit(drop_classes=False)
+    _, layout, workload, _ = _inputs()
+    classes = measured.classes or {}
+    local = [n for n, m in classes.items() if "prefill" not in (m.stages or {})]
+    assert local == ["short"]
+    short = classes["short"]
+    hops = (short.stages or {})["decode_hops"]
+
+    def with_hops(p50_s: float) -> PolicyReport:
+        stage = hops.model_copy(update={"p50_s": p50_s})
+        cls = short.model_copy(update={"stages": {**(short.stages or {}), "decode_hops": stage}})
+        return measured.model_copy(update={"classes": {**classes, "short": cls}})
+
+    def simulated_p50(profile: SimProfile, name: str) -> float:
+        pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)
+        value = (pooled.classes[name].stages or {})["decode_hops"].p50_s
+        assert value is not None
+        return value
+
+    idle = fitted.model_copy(update={"local_hop_load_factor": 1.0})
+    base_s = simulated_p50(idle, "short")
+    factor = fit_local_hop_load_factor(idle, layout, workload, with_hops(1.5 * base_s))
+    assert factor > 1.3
+    trial = idle.model_copy(update={"local_hop_load_factor": factor})
+    assert trial.loaded_local_hop_s() == pytest.approx(factor * idle.loaded_local_hop_s())
+    assert simulated_p50(trial, "short") == pytest.approx(1.5 * base_s, rel=0.1)
+    assert simulated_p50(trial, "long") == pytest.approx(simulated_p50(idle, "long"), rel=0.1)
+    assert fit_local_hop_load_factor(idle, layout, workload, with_hops(0.5 * base_s)) == 1.0
+    kept = fitted.model_copy(update={"local_hop_load_factor": 1.7})
+    no_classes = measured.model_copy(update={"classes": None})
+    assert fit_local_hop_load_factor(kept, layout, workload, no_classes) == 1.7
+    remote_only = measured.model_copy(
+        update={"classes": {n: m for n, m in classes.items() if n not in local}}
+    )
+    assert fit_local_hop_load_factor(kept, layout, workload, remote_only) == 1.7

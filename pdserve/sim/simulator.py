@@ -24,7 +24,8 @@ host cores busy with engines (in a step, or with requests waiting for one) and s
 log-normally (`host_contention`, `serving_jitter_sigma`; the KV transfer spreads too, but
 only waits for the prefill engine's step, it does not stretch); the decode path's hops spread
 too (`decode_jitter_sigma`; `local_jitter_sigma` for the hops before a local prefill's first
-token); all fitted from a measured run's timeline. Every engine step takes
+token, whose median is `SimProfile.loaded_local_hop_s`: the idle local hop times
+`local_hop_load_factor`); all fitted from a measured run's timeline. Every engine step takes
 `engine_step_extra_s` on top of the cost model's time (the run's loaded step time; the prompt
 tokens a step computes take `prefill_step_factor` times their per-token and attention terms
 first, the step's fixed costs and decoding sequences as idle; a prompt prefilled on the engine

@@ -51,11 +51,12 @@ def test_pooling_steadies_the_decode_step_the_profiles_read() -> None:
 
 def test_run_x_with_run_w_s_pooled_fit_and_its_own() -> None:
     """Both miss 1P1D's long-prompt TTFT p99 (0.57 and 0.55: its tail measured 0.36 s, against
-    0.21 on 2P1D); the own fit, with a local prompt's loaded fixed cost fitted (x1.99), also
-    2P1D's long TTFT p50 (1.16). Unpooled, run W's fit missed four cells and run X's own one."""
+    0.21 on 2P1D); the own fit with a local prompt's loaded fixed cost fitted (x1.41) also
+    missed 2P1D's long TTFT p50 (1.16), which holds (1.14) since the fit also learns the local
+    hop under load (x1.19). Unpooled, run W's fit missed four cells and run X's own one."""
     outside = {
         "from_w": {("1p1d", "long", "ttft_p99_s")},
-        "own": {("1p1d", "long", "ttft_p99_s"), ("2p1d", "long", "ttft_p50_s")},
+        "own": {("1p1d", "long", "ttft_p99_s")},
     }
     fits = {"from_w": FIXTURES / "sim-profile-local-w-pooled-loaded.json"}
     assert_outside_by_fit(

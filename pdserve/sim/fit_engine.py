@@ -221,8 +221,9 @@ def fit_local_hop_load_factor(
     under load than idle). The profile's factor when the run has no local class or the
     simulation no such stage.
 
-    Checked on the recorded runs X-AD (bench/RESULTS.md, "A local request's hops under
-    load")."""
+    Checked on the recorded runs (bench/RESULTS.md, "A local request's hops under load"): own
+    fits on runs X-AD held 109 of 126 cells against 106; run X's fit on four-round pooled
+    measurements 105 of 108 against 97; carried from one run to the next, about even."""
     classes = _local_classes(measured, "decode_hops")
     if not classes or profile.loaded_local_hop_s() <= 0:
         return profile.local_hop_load_factor

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import Metrics, PolicyReport
@@ -190,21 +190,15 @@ def fit_local_prefill_load_factor(
 
     Checked on the recorded runs T-AA (bench/RESULTS.md, "A local prompt's fixed cost under
     load"): own fits held 122 of 144 cells against 119, carried fits 175 of 216 against 166."""
-    classes = _local_classes(measured, "decode_first_token")
     idle_s = profile.own_prompt_fixed_s()
-    if not classes or idle_s <= 0:
+    if idle_s <= 0:
         return profile.local_prefill_load_factor
-    target_s = statistics.fmean(_stage_p50_s(measured.classes or {}, classes, "decode_first_token"))
-    factor = profile.local_prefill_load_factor
-    for _ in range(LOCAL_FACTOR_ROUNDS):
-        trial = profile.model_copy(update={"local_prefill_load_factor": factor})
-        pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
-        simulated = _stage_p50_s(pooled.classes, classes, "decode_first_token")
-        if len(simulated) < len(classes):
-            return profile.local_prefill_load_factor
-        factor += (target_s - statistics.fmean(simulated)) / idle_s
-        factor = min(MAX_LOCAL_PREFILL_LOAD_FACTOR, max(1.0, factor))
-    return factor
+    return _fit_local_factor(
+        profile, layout, workload, measured,
+        field="local_prefill_load_factor", stage="decode_first_token",
+        upper=MAX_LOCAL_PREFILL_LOAD_FACTOR,
+        next_factor=lambda factor, target_s, sim_s: factor + (target_s - sim_s) / idle_s,
+    )  # fmt: skip
 
 
 MAX_LOCAL_HOP_LOAD_FACTOR = 8.0
@@ -224,19 +218,49 @@ def fit_local_hop_load_factor(
     Checked on the recorded runs (bench/RESULTS.md, "A local request's hops under load"): own
     fits on runs X-AD held 109 of 126 cells against 106; run X's fit on four-round pooled
     measurements 105 of 108 against 97; carried from one run to the next, about even."""
-    classes = _local_classes(measured, "decode_hops")
-    if not classes or profile.loaded_local_hop_s() <= 0:
+    if profile.loaded_local_hop_s() <= 0:
         return profile.local_hop_load_factor
-    target_s = statistics.fmean(_stage_p50_s(measured.classes or {}, classes, "decode_hops"))
-    factor = profile.local_hop_load_factor
+    return _fit_local_factor(
+        profile, layout, workload, measured,
+        field="local_hop_load_factor", stage="decode_hops", upper=MAX_LOCAL_HOP_LOAD_FACTOR,
+        next_factor=lambda factor, target_s, sim_s: (
+            factor * (target_s / sim_s) if sim_s > 0 else None
+        ),
+    )  # fmt: skip
+
+
+def _fit_local_factor(
+    profile: SimProfile,
+    layout: SimLayout,
+    workload: BenchConfig,
+    measured: PolicyReport,
+    *,
+    field: str,
+    stage: str,
+    upper: float,
+    next_factor: Callable[[float, float, float], float | None],
+) -> float:
+    """The factor `field` of the local path that brings the simulated `stage` p50 of the run's
+    local classes (the mean over them, pooled over PREFILL_FACTOR_RUNS simulated runs) to the
+    measured one: LOCAL_FACTOR_ROUNDS rounds of `next_factor(factor, measured, simulated)`,
+    each kept within [1, `upper`]. The profile's factor when the run has no local class with
+    that stage, the simulation lacks it, or `next_factor` gives None."""
+    kept: float = getattr(profile, field)
+    classes = _local_classes(measured, stage)
+    if not classes:
+        return kept
+    target_s = statistics.fmean(_stage_p50_s(measured.classes or {}, classes, stage))
+    factor = kept
     for _ in range(LOCAL_FACTOR_ROUNDS):
-        trial = profile.model_copy(update={"local_hop_load_factor": factor})
+        trial = profile.model_copy(update={field: factor})
         pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
-        simulated = _stage_p50_s(pooled.classes, classes, "decode_hops")
-        if len(simulated) < len(classes) or statistics.fmean(simulated) <= 0:
-            return profile.local_hop_load_factor
-        factor *= target_s / statistics.fmean(simulated)
-        factor = min(MAX_LOCAL_HOP_LOAD_FACTOR, max(1.0, factor))
+        simulated = _stage_p50_s(pooled.classes, classes, stage)
+        if len(simulated) < len(classes):
+            return kept
+        moved = next_factor(factor, target_s, statistics.fmean(simulated))
+        if moved is None:
+            return kept
+        factor = min(upper, max(1.0, moved))
     return factor
 
 

@@ -179,6 +179,18 @@ def test_prompt_steps_take_the_factor_that_gives_the_run_s_prefill_median() -> N
     assert fit_prefill_step_factor(kept, layout, workload, none) == 1.7
 
 
+def _with_local_stage(measured: PolicyReport, stage: str, p50_s: float) -> PolicyReport:
+    """`measured` (run A's 1P1D, whose one local class is "short") with that class's `stage`
+    p50 set to `p50_s`."""
+    classes = measured.classes or {}
+    local = [n for n, m in classes.items() if "prefill" not in (m.stages or {})]
+    assert local == ["short"]
+    short = classes["short"]
+    moved = (short.stages or {})[stage].model_copy(update={"p50_s": p50_s})
+    cls = short.model_copy(update={"stages": {**(short.stages or {}), stage: moved}})
+    return measured.model_copy(update={"classes": {**classes, "short": cls}})
+
+
 def test_local_prompts_take_the_factor_that_gives_the_run_s_first_step() -> None:
     """The fit scales a local prompt's fixed cost until the simulated first step of the run's
     locally prefilled class (run A's short prompts: no prefill stage) is the run's
@@ -189,18 +201,10 @@ def test_local_prompts_take_the_factor_that_gives_the_run_s_first_step() -> None
     fitted, measured = _fit(drop_classes=False)
     _, layout, workload, _ = _inputs()
     classes = measured.classes or {}
-    local = [n for n, m in classes.items() if "prefill" not in (m.stages or {})]
-    assert local == ["short"]
-    short = classes["short"]
-    first = (short.stages or {})["decode_first_token"]
-    assert first.p50_s is not None
+    local = ["short"]
 
     def with_first_step(p50_s: float) -> PolicyReport:
-        step = first.model_copy(update={"p50_s": p50_s})
-        cls = short.model_copy(
-            update={"stages": {**(short.stages or {}), "decode_first_token": step}}
-        )
-        return measured.model_copy(update={"classes": {**classes, "short": cls}})
+        return _with_local_stage(measured, "decode_first_token", p50_s)
 
     def simulated_p50(profile: SimProfile) -> float:
         pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)
@@ -284,15 +288,10 @@ def test_local_hops_take_the_factor_that_gives_the_run_s_decode_hops() -> None:
     fitted, measured = _fit(drop_classes=False)
     _, layout, workload, _ = _inputs()
     classes = measured.classes or {}
-    local = [n for n, m in classes.items() if "prefill" not in (m.stages or {})]
-    assert local == ["short"]
-    short = classes["short"]
-    hops = (short.stages or {})["decode_hops"]
+    local = ["short"]
 
     def with_hops(p50_s: float) -> PolicyReport:
-        stage = hops.model_copy(update={"p50_s": p50_s})
-        cls = short.model_copy(update={"stages": {**(short.stages or {}), "decode_hops": stage}})
-        return measured.model_copy(update={"classes": {**classes, "short": cls}})
+        return _with_local_stage(measured, "decode_hops", p50_s)
 
     def simulated_p50(profile: SimProfile, name: str) -> float:
         pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)

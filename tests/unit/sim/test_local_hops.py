@@ -9,6 +9,7 @@ from pdserve.sim.carry import carry_load
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_against_measurements import (
     FIXTURES,
+    Rows,
     _ratio,
     assert_outside_by_fit,
     fit_on_1p1d,
@@ -58,13 +59,22 @@ against 1.75-1.95 in the other three). With run AD's hop fit: 15 (aggregated's l
 0.84 and p99 0.66, 1P1D's long TTFT p99 0.59)."""
 
 
-def test_run_ae_predicted_beforehand_with_the_local_hop_factor() -> None:
+def _beforehand(
+    run: str, previous: str, outside: dict[str, set[tuple[str, str, str]]]
+) -> dict[str, Rows]:
+    """`run` predicted as it was before it ran: run X's hop fit ("from_x") and the previous
+    run's ("from_<previous>") carried onto its pooled profile; its cells outside the bound
+    are exactly `outside`'s."""
     fits = {
         "from_x": FIT_X_HOPS,
-        "from_ad": FIXTURES / "sim-profile-local-ad-pooled-hops-2026-12-05.json",
+        f"from_{previous}": FIXTURES / f"sim-profile-local-{previous}-pooled-hops-2026-12-05.json",
     }
-    idle = FIXTURES / "sim-profile-local-ae-pooled.json"
-    rows = assert_outside_by_fit("mixed-3way-600-run-ae.json", idle, OUTSIDE_AE, fits)
+    idle = FIXTURES / f"sim-profile-local-{run}-pooled.json"
+    return assert_outside_by_fit(f"mixed-3way-600-run-{run}.json", idle, outside, fits)
+
+
+def test_run_ae_predicted_beforehand_with_the_local_hop_factor() -> None:
+    rows = _beforehand("ae", "ad", OUTSIDE_AE)
     assert all(_ratio(rows[how], *key) < 1 for how, keys in OUTSIDE_AE.items() for key in keys)
 
 
@@ -88,12 +98,7 @@ the rest too low)."""
 
 
 def test_run_af_predicted_beforehand_with_the_local_hop_factor() -> None:
-    fits = {
-        "from_x": FIT_X_HOPS,
-        "from_ae": FIXTURES / "sim-profile-local-ae-pooled-hops-2026-12-05.json",
-    }
-    idle = FIXTURES / "sim-profile-local-af-pooled.json"
-    rows = assert_outside_by_fit("mixed-3way-600-run-af.json", idle, OUTSIDE_AF, fits)
+    rows = _beforehand("af", "ae", OUTSIDE_AF)
     high = {("from_ae", ("1p1d", "short", "ttft_p99_s"))}
     for how, keys in OUTSIDE_AF.items():
         for key in keys:

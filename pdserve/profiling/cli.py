@@ -247,7 +247,8 @@ def _read_pool(paths: Sequence[pathlib.Path], console: Console) -> list[ProfileS
 
 def _show_pool(console: Console, runs: Sequence[ProfileSamples], model: CostModel) -> None:
     """Each pooled run's step at its largest decode batch and how far its decode samples are
-    from the pooled fit: a run that caught the host at an odd moment stands out."""
+    from the pooled fit: a run that caught the host at an odd moment stands out. `runs[0]` is
+    this run: a warning when it is far off the pool (`report.pool_drift_warning`)."""
     parts = []
     for run in runs:
         largest = run.largest_batch_step_s()
@@ -256,6 +257,9 @@ def _show_pool(console: Console, runs: Sequence[ProfileSamples], model: CostMode
         off = f", {error * 100:.0f}% off the fit" if error is not None else ""
         parts.append(f"{run.source}: {step}{off}")
     console.print(f"fitted on {len(runs)} runs' samples pooled ({'; '.join(parts)})")
+    warning = report.pool_drift_warning(runs[0].decode, model)
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
 def _load_config(path: pathlib.Path | None, write: bool, console: Console) -> PdserveConfig | None:

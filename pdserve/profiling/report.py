@@ -109,6 +109,36 @@ def mean_abs_error_decode(samples: Sequence[DecodeSample], model: CostModel) -> 
     return statistics.fmean(errs) if errs else None
 
 
+POOL_DRIFT_WARN = 0.25
+"""How far this run's decode samples may sit from the pooled fit (mean |relative error|)
+before `pdserve profile --pool` warns. On this project's VM (bench/RESULTS.md, "Run AF") runs
+Y-AE's profiles sat 11-23 % off the pools they were fitted into. Two went further, for the two
+different reasons the warning names: run X's profile, 35 % fast, caught the engines at an
+odd moment (the run then served as the pool said), and run AF's, 27 % slow, caught a slow host
+that stayed slow through the run, so every prediction from the pool came out too fast."""
+
+
+def pool_drift_warning(this_run: Sequence[DecodeSample], model: CostModel) -> str:
+    """A warning when this run's decode samples are more than POOL_DRIFT_WARN off the pooled
+    `model` on average, saying whether this run's steps were slower or faster ('' otherwise,
+    or with no samples)."""
+    error = mean_abs_error_decode(this_run, model)
+    if error is None or error <= POOL_DRIFT_WARN:
+        return ""
+    signed = statistics.median(
+        rel_error(s.step_s, model.est_decode_step_s(s.batch_size, s.context_tokens))
+        for s in this_run
+    )
+    way = "slower" if signed > 0 else "faster"
+    return (
+        f"this run's decode steps are {error * 100:.0f}% off the pooled fit ({way} than it). "
+        "Either this profile caught the host at an odd moment, or the host is not as it was "
+        "on the pooled runs. Profile again in a few minutes: if this run's samples stay off "
+        f"the pool, expect a run benched now to come out {way} than the pooled profile "
+        "predicts"
+    )
+
+
 NOISY_FIT_ERROR = 0.5
 """A fitted model whose mean |relative error| over its own samples exceeds this was fitted on
 a busy host (bench/RESULTS.md, runs J-L: quiet profiles fit within 6-17 %, two taken while

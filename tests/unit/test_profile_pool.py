@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pdserve.profiling.pool import ProfileSamples, pooled, read_report
-from pdserve.profiling.report import mean_abs_error_prefill
+from pdserve.profiling.report import mean_abs_error_prefill, pool_drift_warning
 from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
 from pdserve.sim.profile import SimProfile
 from tests.unit.test_profiling import REPO, TRUE, _invoke, _router
@@ -67,10 +67,13 @@ def _run(transport: httpx.MockTransport, *args: str) -> Any:
         return _invoke(patch, transport, *args)
 
 
-def _earlier_report(tmp_path: pathlib.Path, prefill_factor: float) -> pathlib.Path:
+def _earlier_report(
+    tmp_path: pathlib.Path, prefill_factor: float, decode_factor: float = 1.0, tag: str = ""
+) -> pathlib.Path:
     """A report of one run on the mock router, its prefill times and serving hops scaled by
-    `prefill_factor` (a host that was that much slower while it was profiled)."""
-    path = tmp_path / f"earlier-{prefill_factor}.json"
+    `prefill_factor` (a host that was that much slower while it was profiled), its decode
+    steps by `decode_factor`."""
+    path = tmp_path / f"earlier-{prefill_factor}{tag}.json"
     result = _run(_router(cold_tokens=128), *QUICK, "--json", str(path))
     assert result.exit_code == 0, result.output
     doc = json.loads(path.read_text())
@@ -79,6 +82,8 @@ def _earlier_report(tmp_path: pathlib.Path, prefill_factor: float) -> pathlib.Pa
     for sample in doc["serving_samples"]:
         sample["prefill_hops_s"] *= prefill_factor
         sample["decode_hops_s"] *= prefill_factor
+    for sample in doc["decode_samples"]:
+        sample["step_s"] *= decode_factor
     path.write_text(json.dumps(doc))
     return path
 
@@ -107,6 +112,7 @@ def test_profile_fits_on_this_run_and_the_pooled_reports(tmp_path: pathlib.Path)
     text = " ".join(result.output.split())
     assert "fitted on 2 runs' samples pooled (this run: B=8 step" in text
     assert f"{earlier}: B=8 step" in text and "% off the fit" in text
+    assert "off the pooled fit" not in text  # the decode steps agree: no drift warning
     # The error line (and the noisy-fit warning) is over the pool the model was fitted on, not
     # over this run alone: the fit sits between two runs 3x apart and misses both.
     both = [PrefillSample(**p) for p in (*now["prefill_samples"], *before["prefill_samples"])]
@@ -142,3 +148,34 @@ def test_profile_pool_errors_exit_2(tmp_path: pathlib.Path) -> None:
     result = _run(_router(cold_tokens=128), *QUICK, "--pool", str(other))
     assert result.exit_code == 2
     assert "cannot pool: the profiles measured different models" in " ".join(result.output.split())
+
+
+def test_pool_drift_warning_says_which_way_this_run_is_off() -> None:
+    """Within POOL_DRIFT_WARN of the pooled fit, no warning; beyond it, the warning says
+    whether this run's steps were slower or faster, and what to expect of a run now."""
+    model = TRUE
+    steps = [(b, c, model.est_decode_step_s(b, c)) for b, c in ((1, 128), (4, 512), (8, 2048))]
+
+    def scaled(factor: float) -> list[DecodeSample]:
+        return [DecodeSample(b, c, s * factor) for b, c, s in steps]
+
+    assert pool_drift_warning(scaled(1.2), model) == ""
+    assert pool_drift_warning([], model) == ""
+    slow = pool_drift_warning(scaled(2.0), model)
+    assert "50% off the pooled fit (slower than it)" in slow
+    assert "come out slower than the pooled profile predicts" in slow
+    assert "(faster than it)" in pool_drift_warning(scaled(0.6), model)
+
+
+def test_profile_warns_when_this_run_is_far_off_the_pool(tmp_path: pathlib.Path) -> None:
+    """Pooled with two runs whose decode steps took 0.4x this run's, the fit sits near theirs
+    and this run's steps are far slower than it: the command warns, and still writes."""
+    pool = [_earlier_report(tmp_path, 1.0, decode_factor=0.4, tag=f"-fast-{t}") for t in "ab"]
+    args = [*QUICK]
+    for path in pool:
+        args += ["--pool", str(path)]
+    result = _run(_router(cold_tokens=128), *args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "warning: this run's decode steps are" in text
+    assert "off the pooled fit (slower than it)" in text

@@ -149,7 +149,7 @@ class SimProfile(StrictModel):
         description=(
             "How many times its idle length a local request's hop (`local_hop_s`, or hop_s "
             "when that is not measured) takes under load, up to its first token. On runs "
-            "X-AD the short requests' decode_hops measured 4.3-5.3 ms p50 against 3.0-3.6 "
+            "AB-AD the short requests' decode_hops measured 4.3-5.3 ms p50 against 3.0-3.6 "
             "simulated from the idle hop. Fitted so the simulated decode_hops of a measured "
             "run's local request classes (p50) are the run's (1 = the idle hop)."
         ),

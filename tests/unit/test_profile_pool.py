@@ -171,11 +171,13 @@ def test_profile_warns_when_this_run_is_far_off_the_pool(tmp_path: pathlib.Path)
     """Pooled with two runs whose decode steps took 0.4x this run's, the fit sits near theirs
     and this run's steps are far slower than it: the command warns, and still writes."""
     pool = [_earlier_report(tmp_path, 1.0, decode_factor=0.4, tag=f"-fast-{t}") for t in "ab"]
-    args = [*QUICK]
+    out = tmp_path / "now.json"
+    args = [*QUICK, "--json", str(out)]
     for path in pool:
         args += ["--pool", str(path)]
     result = _run(_router(cold_tokens=128), *args)
     assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["pooled_with"] == [str(p) for p in pool]
     text = " ".join(result.output.split())
     assert "warning: this run's decode steps are" in text
     assert "off the pooled fit (slower than it)" in text

@@ -191,6 +191,16 @@ def _with_local_stage(measured: PolicyReport, stage: str, p50_s: float) -> Polic
     return measured.model_copy(update={"classes": {**classes, "short": cls}})
 
 
+def _simulated_stage_p50(profile: SimProfile, name: str, stage: str) -> float:
+    """`stage`'s p50 of class `name` on run A's 1P1D simulated with `profile`, pooled over
+    PREFILL_FACTOR_RUNS runs as the fit pools it."""
+    _, layout, workload, _ = _inputs()
+    pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)
+    value = (pooled.classes[name].stages or {})[stage].p50_s
+    assert value is not None
+    return value
+
+
 def test_local_prompts_take_the_factor_that_gives_the_run_s_first_step() -> None:
     """The fit scales a local prompt's fixed cost until the simulated first step of the run's
     locally prefilled class (run A's short prompts: no prefill stage) is the run's
@@ -207,10 +217,7 @@ def test_local_prompts_take_the_factor_that_gives_the_run_s_first_step() -> None
         return _with_local_stage(measured, "decode_first_token", p50_s)
 
     def simulated_p50(profile: SimProfile) -> float:
-        pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)
-        value = (pooled.classes["short"].stages or {})["decode_first_token"].p50_s
-        assert value is not None
-        return value
+        return _simulated_stage_p50(profile, "short", "decode_first_token")
 
     base_s = simulated_p50(fitted.model_copy(update={"local_prefill_load_factor": 1.0}))
     slower = with_first_step(base_s + 0.003)
@@ -294,10 +301,7 @@ def test_local_hops_take_the_factor_that_gives_the_run_s_decode_hops() -> None:
         return _with_local_stage(measured, "decode_hops", p50_s)
 
     def simulated_p50(profile: SimProfile, name: str) -> float:
-        pooled = predict("1p1d", layout, profile, workload, runs=PREFILL_FACTOR_RUNS)
-        value = (pooled.classes[name].stages or {})["decode_hops"].p50_s
-        assert value is not None
-        return value
+        return _simulated_stage_p50(profile, name, "decode_hops")
 
     idle = fitted.model_copy(update={"local_hop_load_factor": 1.0})
     base_s = simulated_p50(idle, "short")

@@ -12,7 +12,8 @@ bound of both, so a miss on that cell says as much about the machine as about th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 from pdserve.bench.intervals import PERCENTILE_FIELD, request_values
 from pdserve.bench.report import PolicyReport
@@ -58,3 +59,22 @@ def spread(values: Sequence[float]) -> float | None:
     if len(positive) < 2:
         return None
     return max(positive) / min(positive)
+
+
+def round_speed_sigma(reports: Iterable[PolicyReport]) -> float | None:
+    """How far the host's speed moved between the rounds of a run: the standard deviation
+    of log(TPOT p50) of each deployment's rounds about that deployment's mean, pooled over
+    `reports` (degrees of freedom: rounds - 1 per deployment). A decode step's time is what a
+    slower host stretches first, and TPOT p50 is a round's most precise number, so its
+    round-to-round spread is the host's (with a little sampling noise on top). None when no
+    report has two rounds with TPOTs."""
+    squares, dof = 0.0, 0
+    for report in reports:
+        values = [v for v in round_values(report, None, "tpot_p50_s") or () if v > 0]
+        if len(values) < 2:
+            continue
+        logs = [math.log(v) for v in values]
+        mean = sum(logs) / len(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        dof += len(logs) - 1
+    return math.sqrt(squares / dof) if dof else None

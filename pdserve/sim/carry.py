@@ -2,13 +2,14 @@
 
 A fit (`pdserve simulate --fit-host-on`) learns how the serving layer behaves under load on the
 machine its run was measured on: how much the hops stretch while the engines hold the cores,
-how they and the client spread, how the host's speed wanders and stalls, the router's and the
-client's times, the engines' extra step time under load. An idle profile (`pdserve profile
---sim-profile`) knows only the idle engines and hops of its own machine. `carry_load` puts the
-first's load terms on the second's idle measurements: the dimensionless terms (contention,
-spreads, stall rate) as they are, and the fitted times scaled by how fast this machine's
-serving layer is against the fit's (the ratio of the two profiles' idle hop times). Checked on
-the recorded runs of two machines (bench/RESULTS.md, "Carrying a fit to another machine").
+how they and the client spread, how the host's speed wanders (within a run and between its
+rounds) and stalls, the router's and the client's times, the engines' extra step time under
+load. An idle profile (`pdserve profile --sim-profile`) knows only the idle engines and hops of
+its own machine. `carry_load` puts the first's load terms on the second's idle measurements:
+the dimensionless terms (contention, spreads, stall rate) as they are, and the fitted times
+scaled by how fast this machine's serving layer is against the fit's (the ratio of the two
+profiles' idle hop times). Checked on the recorded runs of two machines (bench/RESULTS.md,
+"Carrying a fit to another machine").
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ DIMENSIONLESS_LOAD_TERMS = (
     "host_contention", "step_speed_sigma", "serving_jitter_sigma", "decode_jitter_sigma",
     "local_jitter_sigma", "client_jitter_sigma", "host_stall_rate_per_s",
     "host_stall_median_s", "host_stall_sigma", "prefill_step_factor",
-    "local_prefill_load_factor", "local_hop_load_factor",
+    "local_prefill_load_factor", "local_hop_load_factor", "round_speed_sigma",
 )  # fmt: skip
 """Taken as fitted. The stalls' length is a time, but the other tenants' and the OS's, not
 this machine's serving layer, so it is not scaled."""
 SCALED_LOAD_TERMS = (
     "router_s", "router_per_token_s", "client_s", "client_per_token_s", "engine_step_extra_s",
+    "local_intake_per_token_s",
 )  # fmt: skip
 """Times the serving layer spends (the router's, the client's and HTTP's, the engines' output
-processing beside it): scaled by the two machines' idle hop times."""
+processing beside it, a replica's intake of a local prompt): scaled by the two machines' idle
+hop times."""
 
 
 def serving_speed_ratio(fitted: SimProfile, idle: SimProfile) -> float:

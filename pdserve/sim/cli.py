@@ -18,7 +18,8 @@ from rich.markup import escape
 
 from pdserve.bench.cli import _opt
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.report import BenchReport
+from pdserve.bench.report import BenchReport, PolicyReport
+from pdserve.bench.rounds import round_speed_sigma
 from pdserve.bench.stats import sig3
 from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
@@ -201,6 +202,8 @@ def _fit_host(
         f"fitting the serving layer on {name} (a few hundred simulations of the "
         "measured workload; tens of seconds)..."
     )
+    between_rounds = round_speed_sigma(report.policies.values()) if report is not None else None
+    lengths = _aggregated_deployment(report, layouts) if report is not None else None
     slower = idle_steps_slower_than_run(prof, layouts[name], cfg, measured)
     if slower is not None:
         console.print(
@@ -211,7 +214,15 @@ def _fit_host(
             "for it; take a new one (`pdserve profile --sim-profile`) and fit again"
         )
     try:
-        fitted = fit_host_contention(prof, layouts[name], cfg, measured, host_cores=host_cores)
+        fitted = fit_host_contention(
+            prof,
+            layouts[name],
+            cfg,
+            measured,
+            host_cores=host_cores,
+            round_speed_sigma=between_rounds,
+            local_lengths=lengths,
+        )
     except ValueError as exc:
         console.print(f"[red]cannot fit host contention:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
@@ -226,6 +237,15 @@ def _fit_host(
     )
     local = fitted.local_jitter_sigma
     console.print(
+        f"a local prompt's intake at its replica: {fitted.local_intake_per_token_s * 1e6:.2f} "
+        "us/token, one prompt at a time per replica "
+        + (
+            f"(fitted on {lengths[0].name}'s request classes)"
+            if lengths is not None
+            else "(the run has no aggregated deployment to fit it on: the profile's kept)"
+        )
+    )
+    console.print(
         f"hop spreads (log-normal sigma): prefill path {fitted.serving_jitter_sigma:.2f}, decode "
         f"path {fitted.decode_jitter_sigma:.2f}, local prefills "
         f"{'as decode' if local is None else f'{local:.2f}'}; router "
@@ -237,9 +257,24 @@ def _fit_host(
     )
     console.print(
         f"host stalls: {fitted.host_stall_rate_per_s:g} per second, median "
-        f"{fitted.host_stall_median_s * 1e3:g} ms (log-normal sigma {fitted.host_stall_sigma:g})"
+        f"{fitted.host_stall_median_s * 1e3:g} ms (log-normal sigma {fitted.host_stall_sigma:g}); "
+        f"host speed between rounds: log-normal sigma {fitted.round_speed_sigma:.3f}"
+        + ("" if between_rounds is not None else " (the run has one round: the profile's kept)")
     )
     return fitted
+
+
+def _aggregated_deployment(
+    report: BenchReport, layouts: dict[str, SimLayout]
+) -> tuple[SimLayout, PolicyReport] | None:
+    """The run's first aggregated deployment (layout, measured): its engines prefill every
+    class themselves, so its classes' hops tell a local prompt's intake per token. None when
+    the run measured none."""
+    for name, layout in layouts.items():
+        measured = report.policies.get(name)
+        if layout.aggregated and measured is not None:
+            return layout, measured
+    return None
 
 
 def _load_profile(
@@ -264,7 +299,9 @@ def _load_profile(
         f"intake {carried.intake_s(1000) * 1e3:.1f} ms per 1,000 prompt tokens, "
         f"host stalls {carried.host_stall_rate_per_s:g} per second, a local prompt's fixed "
         f"cost x{carried.local_prefill_load_factor:.2f}, a local request's hop "
-        f"x{carried.local_hop_load_factor:.2f}"
+        f"x{carried.local_hop_load_factor:.2f}, host speed between rounds sigma "
+        f"{carried.round_speed_sigma:.3f}, a local prompt's intake "
+        f"{carried.local_intake_per_token_s * 1e6:.2f} us/token"
     )
     return carried
 

@@ -16,6 +16,7 @@ from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.fit_engine import (
     fit_engine_steps,
     fit_local_hop_load_factor,
+    fit_local_intake_per_token,
     fit_local_prefill_load_factor,
     fit_prefill_step_factor,
     log_error,
@@ -115,6 +116,8 @@ def fit_host_contention(
     *,
     host_cores: int,
     stalls: bool = True,
+    round_speed_sigma: float | None = None,
+    local_lengths: tuple[SimLayout, PolicyReport] | None = None,
 ) -> SimProfile:
     """`profile` with `host_cores`, the `host_contention` that makes one Ray Serve hop under
     load as long as in a measured run (the run's median hop, (prefill_hops + decode_hops) p50 /
@@ -139,7 +142,14 @@ def fit_host_contention(
     Then, with all of that in, the `local_prefill_load_factor` that makes the simulated first
     step of the run's locally prefilled request classes the run's
     (`fit_local_prefill_load_factor`), and the `local_hop_load_factor` that makes their
-    decode_hops the run's (`fit_local_hop_load_factor`). Raises ValueError
+    decode_hops the run's (`fit_local_hop_load_factor`). `round_speed_sigma` (the spread of
+    the run's rounds, bench.rounds.round_speed_sigma over all its deployments) is set first,
+    so the pooled simulations of the later steps run at the spread of speeds the measured
+    rounds did (None: the profile's is kept). `local_lengths`: a deployment of the same run
+    (layout, measured) whose local classes differ in prompt length, the aggregated one: after
+    the hop factor, the `local_intake_per_token_s` that makes its longest local class's
+    decode_hops the run's (`fit_local_intake_per_token`), then the hop factor again with it in
+    (None: the profile's intake is kept). Raises ValueError
     when the run has no remote-prefill timeline (aggregated, or not pdserve)."""
     stages = measured.stages or {}
     pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")
@@ -163,6 +173,8 @@ def fit_host_contention(
             "client_per_token_s": client_per_token_s,
         }
     )
+    if round_speed_sigma is not None:
+        base = base.model_copy(update={"round_speed_sigma": round_speed_sigma})
     requests = workload_requests(workload, layout.engines[0].limits.block_size_tokens)
     extra_s, speed_sigma = fit_engine_steps(base, layout, workload, requests, measured)
     base = base.model_copy(update={"engine_step_extra_s": extra_s, "step_speed_sigma": speed_sigma})
@@ -200,6 +212,13 @@ def fit_host_contention(
     # Last, with everything a local prompt waits on in (the steps and stalls around it).
     load_factor = fit_local_prefill_load_factor(fitted, layout, workload, measured)
     fitted = fitted.model_copy(update={"local_prefill_load_factor": load_factor})
+    hop_factor = fit_local_hop_load_factor(fitted, layout, workload, measured)
+    fitted = fitted.model_copy(update={"local_hop_load_factor": hop_factor})
+    if local_lengths is None:
+        return fitted
+    other_layout, other_measured = local_lengths
+    per_token_s = fit_local_intake_per_token(fitted, other_layout, workload, other_measured)
+    fitted = fitted.model_copy(update={"local_intake_per_token_s": per_token_s})
     hop_factor = fit_local_hop_load_factor(fitted, layout, workload, measured)
     return fitted.model_copy(update={"local_hop_load_factor": hop_factor})
 

@@ -285,3 +285,42 @@ def _stage_p50_s(classes: Mapping[str, Metrics], names: Sequence[str], stage: st
         if stats is not None and stats.p50_s is not None:
             out.append(stats.p50_s)
     return out
+
+
+MAX_LOCAL_INTAKE_PER_TOKEN_S = 0.001
+"""The most `fit_local_intake_per_token` returns (SimProfile.local_intake_per_token_s's bound)."""
+
+
+def fit_local_intake_per_token(
+    profile: SimProfile, layout: SimLayout, workload: BenchConfig, measured: PolicyReport
+) -> float:
+    """The `local_intake_per_token_s` that makes the simulated decode_hops p50 of the run's
+    longest local request class (no prefill stage; longest by its mean prompt tokens) the
+    measured one, on a deployment whose local classes differ in prompt length (an aggregated
+    one prefills every class itself). Each of LOCAL_FACTOR_ROUNDS rounds adds (measured -
+    simulated) / the class's prompt tokens, kept within [0, MAX_LOCAL_INTAKE_PER_TOKEN_S]
+    (pooled over PREFILL_FACTOR_RUNS simulated runs). The profile's value when the run has
+    fewer than two local classes of different lengths or the simulation lacks the stage.
+
+    Checked on the recorded runs (bench/RESULTS.md, "A local prompt's intake at its
+    replica")."""
+    kept = profile.local_intake_per_token_s
+    lengths = {
+        name: m.prompt_tokens_mean
+        for name in _local_classes(measured, "decode_hops")
+        if (m := (measured.classes or {})[name]).prompt_tokens_mean
+    }
+    if len(set(lengths.values())) < 2:
+        return kept
+    longest = max(lengths, key=lambda name: lengths[name])
+    [target_s] = _stage_p50_s(measured.classes or {}, [longest], "decode_hops")
+    per_token_s = kept
+    for _ in range(LOCAL_FACTOR_ROUNDS):
+        trial = profile.model_copy(update={"local_intake_per_token_s": per_token_s})
+        pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
+        simulated = _stage_p50_s(pooled.classes, [longest], "decode_hops")
+        if not simulated:
+            return kept
+        moved = per_token_s + (target_s - simulated[0]) / lengths[longest]
+        per_token_s = min(MAX_LOCAL_INTAKE_PER_TOKEN_S, max(0.0, moved))
+    return per_token_s

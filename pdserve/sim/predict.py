@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.intervals import measured_interval
@@ -73,8 +74,10 @@ def predict(
     count_open_streams: bool = True,
 ) -> Prediction:
     """Simulate `cfg`'s workload (its concurrency cap included) on `layout`, `runs` times
-    with different jitter draws (seeds 0..runs-1), and pool the requests: a p99 of one
-    200-request run is about its second-slowest request, as noisy as a measurement's.
+    with different jitter draws (seeds 0..runs-1), each at its own host speed
+    (`run_speed_factors` of the profile's `round_speed_sigma`: a measured run pools rounds
+    taken at different speeds), and pool the requests: a p99 of one 200-request run is
+    about its second-slowest request, as noisy as a measurement's.
     `runs` None: `default_runs` for the workload's size. `count_open_streams` False: the
     router of recorded runs made before 2026-12-03 (see `Simulation`)."""
     block = layout.engines[0].limits.block_size_tokens
@@ -82,6 +85,7 @@ def predict(
     runs = default_runs(len(requests)) if runs is None else runs
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
+    factors = run_speed_factors(profile.round_speed_sigma, runs)
     outcomes = [
         Simulation(
             layout,
@@ -89,6 +93,7 @@ def predict(
             concurrency=cfg.concurrency,
             seed=seed,
             count_open_streams=count_open_streams,
+            speed_factor=factors[seed],
         ).run(requests)
         for seed in range(runs)
     ]
@@ -97,6 +102,17 @@ def predict(
     )
     metrics, classes = sim_metrics(pooled, cfg)
     return Prediction(name, layout, metrics, classes, runs)
+
+
+def run_speed_factors(sigma: float, runs: int) -> list[float]:
+    """The host speed of each of `runs` pooled simulated runs: a log-normal of median 1 and
+    `sigma` at evenly spaced quantiles ((i + 0.5) / runs), so the pool spans the spread
+    without drawing it and the same profile always predicts the same. One run, or sigma 0:
+    [1.0] * runs (the profile's own speed)."""
+    if sigma < 0 or runs < 1:
+        raise ValueError(f"need sigma >= 0 and runs >= 1, got {sigma}, {runs}")
+    normal = NormalDist()
+    return [math.exp(sigma * normal.inv_cdf((i + 0.5) / runs)) for i in range(runs)]
 
 
 POOLED_REQUESTS = 2400

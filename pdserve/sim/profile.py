@@ -154,6 +154,22 @@ class SimProfile(StrictModel):
             "run's local request classes (p50) are the run's (1 = the idle hop)."
         ),
     )
+    local_intake_per_token_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=0.001,
+        description=(
+            "Per prompt token, the decode replica's work of taking in a prompt it prefills "
+            "itself before its engine queues it (a local prefill, every prompt of an "
+            "aggregated engine): the hop to the replica takes this times the prompt's tokens "
+            "on top, one prompt at a time per replica, so the second long prompt of a burst "
+            "waits for the first's. On runs AD-AF the aggregated engines' long prompts (1,500 "
+            "tokens) measured decode_hops p50 of 23-24 ms against 5 for the short ones. "
+            "Fitted so the simulated decode_hops of the run's longest local class (p50) on a "
+            "deployment whose local classes differ in length (aggregated) are the run's; 0 = "
+            "none."
+        ),
+    )
     step_speed_sigma: float = Field(
         default=0.0,
         ge=0,
@@ -165,6 +181,20 @@ class SimProfile(StrictModel):
             "other processes take the cores for tens of milliseconds at a time, so a whole "
             "short stream can decode fast or slow, and a prompt's prefill likewise. Fitted with "
             "engine_step_extra_s from a measured run's TPOT p50 and p90; 0 = steady."
+        ),
+    )
+    round_speed_sigma: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description=(
+            "How far the host's speed moves between a run's rounds, minutes apart (on a shared "
+            "host, other tenants come and go): a prediction pools its simulated runs each at "
+            "its own speed, every engine step and serving-layer time times one factor per "
+            "run (log-normal, median 1, this sigma; the runs take evenly spaced quantiles), as "
+            "a measured run pools rounds taken at different speeds. Fitted from the spread of "
+            "a measured run's rounds (each deployment's TPOT p50 per round, "
+            "bench.rounds.round_speed_sigma); 0 = one speed throughout."
         ),
     )
     serving_jitter_sigma: float = Field(

@@ -13,7 +13,8 @@ A request's path, mirroring pdserve's:
    to the decode engine, the KV transfer (`kv_transfer_s`; on CPU without NIXL's progress
    thread it starts only between the prefill engine's steps), then the decode engine's first
    step yields the first token. Local prefill (and every request when aggregated): one hop to
-   the decode engine, which computes the prompt itself;
+   the decode engine, whose replica takes the prompt in first (`local_intake_per_token_s` per
+   token, one prompt at a time per replica), and the engine computes the prompt itself;
 4. tokens are coalesced like the decode replica's stream (`stream_batch_interval_s`: the
    first and last at once, otherwise at most one chunk per interval); each chunk reaches the
    client one hop (drawn on its own) after it left the engine, plus the request's time
@@ -33,7 +34,9 @@ that decodes it pays `SimProfile.loaded_prompt_fixed_s`, its idle fixed cost tim
 `local_prefill_load_factor`), and
 then runs at the host's speed of the moment (`step_speed_sigma`: one log-normal factor per
 STEP_SPEED_PERIOD_S window of the clock, shared by every engine), so a whole short stream can
-decode fast or slow, and a prompt prefill fast or slow, as on a shared host.
+decode fast or slow, and a prompt prefill fast or slow, as on a shared host. A whole run can
+also be slower or faster than the profile (`speed_factor`: every engine step and
+serving-layer time; `predict` gives each pooled run its own from `round_speed_sigma`).
 The serving layer takes each prompt in (`SimProfile.intake_s`: the per-token terms of the
 router's and the client's times, spread per prompt with a kept mean, first in first out,
 sim/intake.py): a first chunk that reaches
@@ -94,12 +97,19 @@ class Simulation:
         policy: PolicyName = "pdserve",
         seed: int = 0,
         count_open_streams: bool = True,
+        speed_factor: float = 1.0,
     ):
         """`concurrency`: the client's cap on requests in flight (None = no cap). `seed`: the
         random draws of the serving-layer jitter and of the host's stalls (the only randomness;
         same seed, same run). `count_open_streams` False: the router before 2026-12-03, which
         placed decode on the engines' request counts alone, so a burst went to one decode
-        replica (the recorded runs A-H of bench/RESULTS.md were measured with it)."""
+        replica (the recorded runs A-H of bench/RESULTS.md were measured with it).
+        `speed_factor`: the host's speed over this whole run, multiplying every engine step and
+        serving-layer time (the router's, hops, KV transfers, the client's, the intake; 2 =
+        twice as slow; `predict` draws one per pooled run from `round_speed_sigma`)."""
+        if speed_factor <= 0:
+            raise ValueError(f"speed_factor must be > 0, got {speed_factor}")
+        self._speed_factor = speed_factor
         self._rng = random.Random(seed)
         self._stall_rng = random.Random(f"host-stalls-{seed}")
         self._speed_rng = random.Random(f"step-speed-{seed}")
@@ -119,6 +129,8 @@ class Simulation:
         self._index = PrefixIndex(mode="events")
         self._work = OutstandingWork()
         self._count_open_streams = count_open_streams
+        self._intake_free_s: dict[str, float] = {}
+        """When each decode replica is done taking in the local prompts sent to it so far."""
         self._open_streams: dict[str, int] = {}
         """Streams the router has open per decode engine, from placement until it sees the
         last chunk: the router counts them under the engines' request counts, which it reads
@@ -219,7 +231,7 @@ class Simulation:
     def _send(self, request: SimRequest) -> None:
         self._in_flight += 1
         self._results[request.request_id] = SimResult(request=request, sent_s=self._now)
-        router_s = self._profile.router_time_s(request.prompt_tokens)
+        router_s = self._profile.router_time_s(request.prompt_tokens) * self._speed_factor
         self._intake.take_in(request.request_id, self._now, self._intake_s(request.prompt_tokens))
         self._at(self._now + router_s, lambda: self._place(request))
 
@@ -269,7 +281,12 @@ class Simulation:
             prefilling, request.request_id, d.est_prefill_s, d.engine_priority, self._now
         )
         remote = d.prefill_replica_id is not None
-        hop = self._serving(self._profile.hop_s) if remote else self._decode_hop(local=True)
+        if remote:
+            hop = self._serving(self._profile.hop_s)
+        else:
+            hop = self._decode_hop(local=True) + self._local_intake_s(
+                d.decode_replica_id, request.prompt_tokens
+            )
         result.stages["router_queue"] = self._now - result.sent_s
         seq = Seq(
             request_id=request.request_id,
@@ -396,6 +413,17 @@ class Simulation:
         hop_s = p.loaded_local_hop_s() if local else p.hop_s
         return self._spread(hop_s, sigma)
 
+    def _local_intake_s(self, engine_id: str, num_prompt_tokens: int) -> float:
+        """The wait and work of `engine_id`'s replica taking in a prompt it prefills itself
+        (`SimProfile.local_intake_per_token_s`), from now: one prompt at a time per replica,
+        so a prompt sent while the replica still takes in another waits for it."""
+        work_s = self._profile.local_intake_per_token_s * num_prompt_tokens * self._speed_factor
+        if work_s <= 0:
+            return 0.0
+        start_s = max(self._now, self._intake_free_s.get(engine_id, 0.0))
+        self._intake_free_s[engine_id] = start_s + work_s
+        return start_s + work_s - self._now
+
     def _serving(self, base_s: float) -> float:
         """Ray Serve hops of the remote-prefill path (the prefill call, the handoff) now:
         longer while engines occupy the host's cores (a core counts while its engine is in a
@@ -436,7 +464,9 @@ class Simulation:
         return self._spread(seconds, self._profile.serving_jitter_sigma)
 
     def _spread(self, seconds: float, sigma: float) -> float:
-        """`seconds` times a log-normal factor of median 1 and `sigma` (0: exact)."""
+        """`seconds` times a log-normal factor of median 1 and `sigma` (0: exact), at this
+        run's speed (`speed_factor`)."""
+        seconds *= self._speed_factor
         return seconds * math.exp(self._rng.gauss(0.0, sigma)) if sigma > 0 else seconds
 
     # ---- engines ----
@@ -474,7 +504,7 @@ class Simulation:
         self._steps[engine_id] = step
         slower_s = step.prompt_tokens_s * (self._profile.prefill_step_factor - 1)
         seconds = step.duration_s + slower_s + self._profile.engine_step_extra_s
-        seconds *= self._step_speed()
+        seconds *= self._step_speed() * self._speed_factor
         end = self._now + seconds * (1 + sharing)
         self._step_end[engine_id] = end
         self._at(end, lambda: self._end_step(engine_id))

@@ -319,3 +319,17 @@ def test_local_hops_take_the_factor_that_gives_the_run_s_decode_hops() -> None:
         update={"classes": {n: m for n, m in classes.items() if n not in local}}
     )
     assert fit_local_hop_load_factor(kept, layout, workload, remote_only) == 1.7
+
+
+def test_the_spread_between_rounds_is_set_before_the_pooled_steps_and_kept() -> None:
+    """`round_speed_sigma` given: the fitted profile has it, and the pooled steps fitted after
+    it (here the prompt tokens' factor) see a pool of runs at several speeds, so they
+    land elsewhere than without it; None keeps the profile's."""
+    idle, layout, workload, measured = _inputs()
+    spread = fit_host_contention(
+        idle, layout, workload, measured, host_cores=2, stalls=False, round_speed_sigma=0.2
+    )
+    steady, _ = _fit(False)
+    assert spread.round_speed_sigma == 0.2 and steady.round_speed_sigma == 0.0
+    assert spread.engine_step_extra_s == steady.engine_step_extra_s  # single-run steps: as before
+    assert spread.prefill_step_factor != steady.prefill_step_factor

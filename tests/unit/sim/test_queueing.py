@@ -467,3 +467,30 @@ def test_the_wait_for_the_step_in_progress_counts_as_hops_as_vllm_reports_it() -
     out = Simulation(layout(max_num_seqs=1), PROFILE).run([first, second]).results
     assert out[1].stages["kv_transfer"] == pytest.approx(4 * COST.est_decode_step_s(1, 0))
     assert out[1].stages["decode_hops"] == pytest.approx(2 * PROFILE.hop_s + busy_until - arrived)
+
+
+def test_a_replica_takes_its_local_prompts_in_one_at_a_time() -> None:
+    """local_intake_per_token_s: a local prompt's hop to its replica takes its tokens' intake
+    on top; two sent together to one replica: the second's starts when the first's ends.
+    (Engine work made negligible so the intake alone sets the TTFTs.)"""
+    quick = CostModel(
+        fixed_overhead_s=0.0,
+        per_token_s=1e-9,
+        per_token_sq_s=0.0,
+        kv_transfer_per_token_s=0.0,
+        decode_base_s=1e-6,
+        decode_per_seq_s=0.0,
+        decode_per_context_token_s=0.0,
+    )
+    steady = PROFILE.model_copy(update={"cost_model": quick})
+    taking = steady.model_copy(update={"local_intake_per_token_s": 1e-4})
+    [alone_steady] = Simulation(layout(), steady).run([request(0, 1000)]).results
+    [alone] = Simulation(layout(), taking).run([request(0, 1000)]).results
+    assert alone.ttft_s == pytest.approx(alone_steady.ttft_s + 0.1, abs=1e-4)
+    first, second = Simulation(layout(), taking).run([request(0, 1000), request(1, 500)]).results
+    assert first.ttft_s == pytest.approx(alone.ttft_s, abs=1e-4)
+    assert second.ttft_s == pytest.approx(alone_steady.ttft_s + 0.1 + 0.05, abs=1e-4)
+    # Two replicas take their prompts in side by side.
+    both = Simulation(layout(num_decode=2), taking).run([request(0, 1000), request(1, 1000)])
+    assert {r.decision.decode_replica_id for r in both.results if r.decision} == {"d0", "d1"}
+    assert [r.ttft_s for r in both.results] == pytest.approx([alone.ttft_s] * 2, abs=1e-4)

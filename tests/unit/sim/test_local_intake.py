@@ -15,7 +15,15 @@ from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.fit_engine import fit_local_intake_per_token
 from pdserve.sim.predict import predict
 from pdserve.sim.profile import SimProfile
-from tests.unit.sim.test_against_measurements import FIXTURES, LAYOUTS, _report
+from tests.unit.sim.test_against_measurements import (
+    FIXTURES,
+    LAYOUTS,
+    _ratio,
+    _report,
+    assert_outside_by_fit,
+)
+
+LONG_FIELDS = ("ttft_p50_s", "ttft_p99_s")
 
 FIT_X_INTAKE = FIXTURES / "sim-profile-local-x-pooled-intake-2026-12-05.json"
 """Run X's pooled fit with the intake (8.35 us/token) and the spread between rounds (0.086)."""
@@ -87,3 +95,39 @@ def test_no_intake_is_fitted_without_local_classes_of_different_lengths() -> Non
     profile = SimProfile.load(FIT_X_INTAKE).model_copy(update={"local_intake_per_token_s": 3e-6})
     kept = fit_local_intake_per_token(profile, LAYOUTS["1p1d"], workload, report.policies["1p1d"])
     assert kept == 3e-6
+
+
+SHORT_P50 = {(d, "short", "ttft_p50_s") for d in ("aggregated", "1p1d", "2p1d")}
+LONG_TAILS = {(d, "long", f) for d in ("aggregated", "1p1d", "2p1d") for f in LONG_FIELDS}
+OUTSIDE_AG = {
+    "from_x": SHORT_P50 | LONG_TAILS | {("2p1d", "short", "ttft_p99_s")},
+    "from_af": SHORT_P50 | LONG_TAILS,
+    "from_x_hops": SHORT_P50
+    | LONG_TAILS
+    | {("aggregated", "short", "ttft_p99_s"), ("2p1d", "short", "ttft_p99_s")},
+    "own_intake": set(),
+}
+"""Run AG (four rounds), predicted before it ran (e29d316): run X's intake fit 8 of 18, run AF's
+9, run X's hop fit (the model before) 7; every miss too low, all TTFTs. The host was slower than
+on runs AD-AF throughout (short TTFT p50 16-20 ms by round against 12-15; its first profile read
+the decode step 33 % off the pool, the second, kept, 20 %) while the ITLs held. Fitted on itself
+the model holds all 18."""
+
+
+def test_run_ag_s_own_intake_fit_is_what_the_fit_writes() -> None:
+    idle = SimProfile.load(FIXTURES / "sim-profile-local-ag-pooled.json")
+    fitted = fit_on_run("mixed-3way-600-run-ag.json", idle)
+    committed = SimProfile.load(FIXTURES / "sim-profile-local-ag-pooled-intake-2026-12-05.json")
+    assert fitted.model_dump(exclude={"source"}) == committed.model_dump(exclude={"source"})
+
+
+def test_run_ag_predicted_beforehand_with_the_intake() -> None:
+    fits = {
+        "from_x": FIT_X_INTAKE,
+        "from_af": FIXTURES / "sim-profile-local-af-pooled-intake-2026-12-05.json",
+        "from_x_hops": FIXTURES / "sim-profile-local-x-pooled-hops-2026-12-05.json",
+        "own_intake": FIXTURES / "sim-profile-local-ag-pooled-intake-2026-12-05.json",
+    }
+    idle = FIXTURES / "sim-profile-local-ag-pooled.json"
+    rows = assert_outside_by_fit("mixed-3way-600-run-ag.json", idle, OUTSIDE_AG, fits)
+    assert all(_ratio(rows[how], *key) < 1 for how, keys in OUTSIDE_AG.items() for key in keys)

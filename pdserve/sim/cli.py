@@ -94,7 +94,9 @@ def simulate(
             help="With --measured: first fit the host contention (how much slower the serving "
             "layer's hops get while engines occupy the host's cores; CPU machines), the hops' "
             "spreads and the engines' loaded step time on this deployment's measured timeline "
-            "and TPOT, then predict every deployment with it."
+            "and TPOT (with the run's aggregated deployment, when it measured one, for a local "
+            "prompt's intake per token, and the spread of all its rounds for the host's speed "
+            "between rounds), then predict every deployment with it."
         ),
     ] = None,
     host_cores: Annotated[

@@ -54,3 +54,20 @@ class Intake:
             else:
                 i -= 1
         return t
+
+
+@dataclass(slots=True)
+class ReplicaIntake:
+    """Each decode replica taking in the prompts it prefills itself
+    (`SimProfile.local_intake_per_token_s`): one prompt at a time per replica, so a prompt sent
+    while its replica still takes in another waits for it."""
+
+    _free_s: dict[str, float] = field(default_factory=dict)
+
+    def take_in(self, replica_id: str, now_s: float, work_s: float) -> float:
+        """The wait and the work, from `now_s`, of `replica_id` taking in `work_s` of prompt."""
+        if work_s <= 0:
+            return 0.0
+        start_s = max(now_s, self._free_s.get(replica_id, 0.0))
+        self._free_s[replica_id] = start_s + work_s
+        return start_s + work_s - now_s

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.intervals import measured_interval
@@ -15,6 +14,7 @@ from pdserve.bench.rounds import round_values
 from pdserve.bench.stats import ratio
 from pdserve.bench.trace import TraceRecord
 from pdserve.router.timeline import STAGES
+from pdserve.sim.host_speed import run_speed_factors
 from pdserve.sim.layout import SimLayout
 from pdserve.sim.outcome import SimOutcome
 from pdserve.sim.profile import SimProfile
@@ -102,17 +102,6 @@ def predict(
     )
     metrics, classes = sim_metrics(pooled, cfg)
     return Prediction(name, layout, metrics, classes, runs)
-
-
-def run_speed_factors(sigma: float, runs: int) -> list[float]:
-    """The host speed of each of `runs` pooled simulated runs: a log-normal of median 1 and
-    `sigma` at evenly spaced quantiles ((i + 0.5) / runs), so the pool spans the spread
-    without drawing it and the same profile always predicts the same. One run, or sigma 0:
-    [1.0] * runs (the profile's own speed)."""
-    if sigma < 0 or runs < 1:
-        raise ValueError(f"need sigma >= 0 and runs >= 1, got {sigma}, {runs}")
-    normal = NormalDist()
-    return [math.exp(sigma * normal.inv_cdf((i + 0.5) / runs)) for i in range(runs)]
 
 
 POOLED_REQUESTS = 2400

@@ -31,16 +31,11 @@ token, whose median is `SimProfile.loaded_local_hop_s`: the idle local hop times
 tokens a step computes take `prefill_step_factor` times their per-token and attention terms
 first, the step's fixed costs and decoding sequences as idle; a prompt prefilled on the engine
 that decodes it pays `SimProfile.loaded_prompt_fixed_s`, its idle fixed cost times
-`local_prefill_load_factor`), and
-then runs at the host's speed of the moment (`step_speed_sigma`: one log-normal factor per
-STEP_SPEED_PERIOD_S window of the clock, shared by every engine), so a whole short stream can
-decode fast or slow, and a prompt prefill fast or slow, as on a shared host. A whole run can
-also be slower or faster than the profile (`speed_factor`: every engine step and
-serving-layer time; `predict` gives each pooled run its own from `round_speed_sigma`).
-The serving layer takes each prompt in (`SimProfile.intake_s`: the per-token terms of the
-router's and the client's times, spread per prompt with a kept mean, first in first out,
-sim/intake.py): a first chunk that reaches
-the router while it takes in other requests' prompts waits for the end of that stretch, so the
+`local_prefill_load_factor`), and then runs at the host's speed of its 50 ms window
+(`step_speed_sigma`) and of the whole run (`speed_factor`, on serving-layer times too;
+sim/host_speed.py). The serving layer takes each prompt in (`SimProfile.intake_s`, spread per
+prompt with a kept mean, first in first out, sim/intake.py): a first chunk that reaches the
+router while it takes in other requests' prompts waits for the end of that stretch, so the
 short requests a burst of long prompts lands on are slow, as measured.
 The router places with its configured cost model (`router.routing.cost_model` in the layout's
 policy), as the deployment's router does, not with the profile's engine times: with the
@@ -73,16 +68,13 @@ from pdserve.router.policy.types import (
     RequestSummary,
 )
 from pdserve.sim.engine import Seq, SimEngine, Step
-from pdserve.sim.intake import Intake
+from pdserve.sim.host_speed import WindowSpeed
+from pdserve.sim.intake import Intake, ReplicaIntake
 from pdserve.sim.layout import SimLayout
 from pdserve.sim.outcome import SimOutcome, SimResult
 from pdserve.sim.profile import SimProfile
 from pdserve.sim.stream import coalesce_times
 from pdserve.sim.workload import SimRequest
-
-STEP_SPEED_PERIOD_S = 0.05
-"""How long the host's speed factor (`SimProfile.step_speed_sigma`) holds before the next draw:
-about one short stream's decode, the scale at which other processes hold a core."""
 
 
 class Simulation:
@@ -112,9 +104,9 @@ class Simulation:
         self._speed_factor = speed_factor
         self._rng = random.Random(seed)
         self._stall_rng = random.Random(f"host-stalls-{seed}")
-        self._speed_rng = random.Random(f"step-speed-{seed}")
-        self._speed_window = -1
-        self._speed = 1.0
+        self._window_speed = WindowSpeed(
+            profile.step_speed_sigma, random.Random(f"step-speed-{seed}")
+        )
         self._layout = layout
         self._profile = profile
         self._concurrency = concurrency
@@ -129,8 +121,7 @@ class Simulation:
         self._index = PrefixIndex(mode="events")
         self._work = OutstandingWork()
         self._count_open_streams = count_open_streams
-        self._intake_free_s: dict[str, float] = {}
-        """When each decode replica is done taking in the local prompts sent to it so far."""
+        self._replica_intake = ReplicaIntake()
         self._open_streams: dict[str, int] = {}
         """Streams the router has open per decode engine, from placement until it sees the
         last chunk: the router counts them under the engines' request counts, which it reads
@@ -284,8 +275,10 @@ class Simulation:
         if remote:
             hop = self._serving(self._profile.hop_s)
         else:
-            hop = self._decode_hop(local=True) + self._local_intake_s(
-                d.decode_replica_id, request.prompt_tokens
+            # The replica takes the prompt in first, one at a time (sim/intake.py).
+            per_token_s = self._profile.local_intake_per_token_s * self._speed_factor
+            hop = self._decode_hop(local=True) + self._replica_intake.take_in(
+                d.decode_replica_id, self._now, per_token_s * request.prompt_tokens
             )
         result.stages["router_queue"] = self._now - result.sent_s
         seq = Seq(
@@ -413,17 +406,6 @@ class Simulation:
         hop_s = p.loaded_local_hop_s() if local else p.hop_s
         return self._spread(hop_s, sigma)
 
-    def _local_intake_s(self, engine_id: str, num_prompt_tokens: int) -> float:
-        """The wait and work of `engine_id`'s replica taking in a prompt it prefills itself
-        (`SimProfile.local_intake_per_token_s`), from now: one prompt at a time per replica,
-        so a prompt sent while the replica still takes in another waits for it."""
-        work_s = self._profile.local_intake_per_token_s * num_prompt_tokens * self._speed_factor
-        if work_s <= 0:
-            return 0.0
-        start_s = max(self._now, self._intake_free_s.get(engine_id, 0.0))
-        self._intake_free_s[engine_id] = start_s + work_s
-        return start_s + work_s - self._now
-
     def _serving(self, base_s: float) -> float:
         """Ray Serve hops of the remote-prefill path (the prefill call, the handoff) now:
         longer while engines occupy the host's cores (a core counts while its engine is in a
@@ -435,18 +417,6 @@ class Simulation:
         }
         self.busy_samples.append(len(busy_groups))
         return self._jitter(self._profile.serving_s(base_s, len(busy_groups)))
-
-    def _step_speed(self) -> float:
-        """The host's speed factor for a decode step starting now (`step_speed_sigma`): one
-        draw per STEP_SPEED_PERIOD_S window of the clock, shared by every engine."""
-        sigma = self._profile.step_speed_sigma
-        if sigma <= 0:
-            return 1.0
-        window = math.floor(self._now / STEP_SPEED_PERIOD_S)
-        if window != self._speed_window:
-            self._speed_window = window
-            self._speed = math.exp(self._speed_rng.gauss(0.0, sigma))
-        return self._speed
 
     def _intake_s(self, num_prompt_tokens: int) -> float:
         """The serving layer's work of taking in one prompt (`SimProfile.intake_s`), spread
@@ -504,7 +474,7 @@ class Simulation:
         self._steps[engine_id] = step
         slower_s = step.prompt_tokens_s * (self._profile.prefill_step_factor - 1)
         seconds = step.duration_s + slower_s + self._profile.engine_step_extra_s
-        seconds *= self._step_speed() * self._speed_factor
+        seconds *= self._window_speed.factor(self._now) * self._speed_factor
         end = self._now + seconds * (1 + sharing)
         self._step_end[engine_id] = end
         self._at(end, lambda: self._end_step(engine_id))

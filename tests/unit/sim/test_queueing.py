@@ -13,10 +13,11 @@ import pytest
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.engine import EngineLimits
+from pdserve.sim.host_speed import STEP_SPEED_PERIOD_S
 from pdserve.sim.layout import EngineSpec, SimLayout
 from pdserve.sim.outcome import SimResult
 from pdserve.sim.profile import SimProfile
-from pdserve.sim.simulator import STEP_SPEED_PERIOD_S, Simulation
+from pdserve.sim.simulator import Simulation
 from pdserve.sim.stream import coalesce_times
 from pdserve.sim.workload import SimRequest
 

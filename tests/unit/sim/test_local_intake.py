@@ -157,3 +157,53 @@ def test_run_ah_predicted_beforehand_with_the_intake() -> None:
     for how, keys in OUTSIDE_AH.items():
         for key in keys:
             assert (_ratio(rows[how], *key) > 1) == (how == "from_ag")
+
+
+OUTSIDE_AI = {
+    "from_x": {("aggregated", "long", "ttft_p99_s")},
+    "from_af": {("aggregated", "long", "ttft_p99_s")},
+}
+"""Run AI (four rounds), predicted before it ran (a98e7f2): run X's intake fit and run AF's each
+held 17 of 18; both missed aggregated's long TTFT p99, too low (0.66, 0.68): its third round
+ran slow (TPOT p50 3.3 ms against 2.0-2.3), its five slowest long prompts in that round's
+first seconds."""
+
+
+def test_run_ai_predicted_beforehand_with_the_intake() -> None:
+    fits = {
+        "from_x": FIT_X_INTAKE,
+        "from_af": FIXTURES / "sim-profile-local-af-pooled-intake-2026-12-05.json",
+    }
+    idle = FIXTURES / "sim-profile-local-ai-pooled.json"
+    rows = assert_outside_by_fit("mixed-3way-600-run-ai.json", idle, OUTSIDE_AI, fits)
+    for how, keys in OUTSIDE_AI.items():
+        for key in keys:
+            assert _ratio(rows[how], *key) < 0.7
+
+
+OUTSIDE_AJ = {
+    "from_x": {("2p1d", "short", "ttft_p50_s"), ("1p1d", "long", "ttft_p99_s")},
+    "from_ai": {("1p1d", "long", "ttft_p99_s")},
+}
+"""Run AJ (four rounds), predicted before it ran (d65eba8): run X's intake fit held 16 of 18
+(2P1D's short TTFT p50 0.84, 1P1D's long TTFT p99 0.58), run AI's own intake fit 17 (1P1D's long
+TTFT p99 0.64), all too low. 1P1D's slowest long prompts came in the rounds' first seconds: the
+first long burst of rounds two to four took 296-398 ms against a median of 144 for the later
+bursts."""
+
+
+def test_run_ai_s_own_intake_fit_is_what_the_fit_writes() -> None:
+    idle = SimProfile.load(FIXTURES / "sim-profile-local-ai-pooled.json")
+    fitted = fit_on_run("mixed-3way-600-run-ai.json", idle)
+    committed = SimProfile.load(FIXTURES / "sim-profile-local-ai-pooled-intake-2026-12-05.json")
+    assert fitted.model_dump(exclude={"source"}) == committed.model_dump(exclude={"source"})
+
+
+def test_run_aj_predicted_beforehand_with_the_intake() -> None:
+    fits = {
+        "from_x": FIT_X_INTAKE,
+        "from_ai": FIXTURES / "sim-profile-local-ai-pooled-intake-2026-12-05.json",
+    }
+    idle = FIXTURES / "sim-profile-local-aj-pooled.json"
+    rows = assert_outside_by_fit("mixed-3way-600-run-aj.json", idle, OUTSIDE_AJ, fits)
+    assert all(_ratio(rows[how], *key) < 0.85 for how, keys in OUTSIDE_AJ.items() for key in keys)

@@ -183,17 +183,18 @@ bursts."""
 
 
 BEFOREHAND = {
-    "ai": (OUTSIDE_AI, {"from_af": "sim-profile-local-af-pooled-intake-2026-12-05.json"}),
-    "aj": (OUTSIDE_AJ, {"from_ai": "sim-profile-local-ai-pooled-intake-2026-12-05.json"}),
+    "ai": (OUTSIDE_AI, {"from_af": "sim-profile-local-af-pooled-intake-2026-12-05.json"}, 0.7),
+    "aj": (OUTSIDE_AJ, {"from_ai": "sim-profile-local-ai-pooled-intake-2026-12-05.json"}, 0.85),
 }
-"""Per run: the cells outside the bound by fit, and the fit named second (run X's first)."""
+"""Per run: the cells outside the bound by fit, the fit named second (run X's first), and the
+ratio every miss is below (all too low)."""
 
 
 @pytest.mark.parametrize("run", sorted(BEFOREHAND))
 def test_runs_ai_and_aj_predicted_beforehand_with_the_intake(run: str) -> None:
-    """Every miss of the named predictions is as listed, and too low by over a tenth."""
-    outside, second = BEFOREHAND[run]
+    """Every miss of the named predictions is as listed, and below the run's ratio."""
+    outside, second, below = BEFOREHAND[run]
     fits = {"from_x": FIT_X_INTAKE} | {how: FIXTURES / name for how, name in second.items()}
     idle = FIXTURES / f"sim-profile-local-{run}-pooled.json"
     rows = assert_outside_by_fit(f"mixed-3way-600-run-{run}.json", idle, outside, fits)
-    assert all(_ratio(rows[how], *key) < 0.85 for how, keys in outside.items() for key in keys)
+    assert all(_ratio(rows[how], *key) < below for how, keys in outside.items() for key in keys)

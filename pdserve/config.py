@@ -139,6 +139,19 @@ class EngineConfig(StrictModel):
             "start-up profile run and graph capture do this; at most max_model_len_tokens - 1."
         ),
     )
+    warmup_burst_prompts: int = Field(
+        default=4,
+        ge=0,
+        description=(
+            "After the warm-up prompt, the engine prefills this many distinct prompts at "
+            "once (max_tokens 1), together 1.5 x max_num_batched_tokens long (each at most "
+            "model.max_model_len_tokens - 1, at most max_num_seqs of them): a step that fills "
+            "the token budget with several sequences and splits one, then the split one's "
+            "rest, so a client's first burst of long prompts is not the engine's first such "
+            "step (bench/RESULTS.md, 'A warm-up burst'). 0 = none; runs only when the "
+            "warm-up prompt does (warmup_prompt_tokens > 0)."
+        ),
+    )
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine args, passed through verbatim."
     )
@@ -148,6 +161,17 @@ class EngineConfig(StrictModel):
         if self.warmup_prompt_tokens is not None:
             return self.warmup_prompt_tokens
         return max_model_len_tokens - 1 if platform == "cpu" else 0
+
+    def warmup_burst_tokens(self, platform: str, max_model_len_tokens: int) -> tuple[int, ...]:
+        """The lengths of the warm-up burst's prompts, prefilled at once after the warm-up
+        prompt (empty: no burst). They add up to 1.5 x the step budget where the context
+        window allows, so the first step is full and splits a prompt."""
+        count = min(self.warmup_burst_prompts, self.max_num_seqs)
+        if count == 0 or self.warmup_tokens(platform, max_model_len_tokens) == 0:
+            return ()
+        total = self.max_num_batched_tokens * 3 // 2
+        each = min(-(-total // count), max_model_len_tokens - 1)
+        return (each,) * count
 
     def busy_poll_s(self, platform: str) -> float | None:
         """The queue's busy-poll window for `platform` (None: leave vLLM's own)."""

@@ -112,11 +112,13 @@ def _node_ip() -> str:
         return "127.0.0.1"
 
 
-def warmup_token_ids(num_tokens: int) -> list[int]:
-    """The warm-up prompt: `num_tokens` ids cycling through the profiler's TOKEN_ID_RANGE
-    (ordinary vocabulary entries of any model, no special tokens)."""
+def warmup_token_ids(num_tokens: int, first: int = 0) -> list[int]:
+    """A warm-up prompt: `num_tokens` ids cycling through the profiler's TOKEN_ID_RANGE
+    (ordinary vocabulary entries of any model, no special tokens), starting `first` ids into
+    the range. Prompts with different `first` (below the range's size) differ in their first
+    id, so they share no prefix-cache block."""
     low, high = TOKEN_ID_RANGE
-    return [low + i % (high - low) for i in range(num_tokens)]
+    return [low + (first + i) % (high - low) for i in range(num_tokens)]
 
 
 def engine_times(output: Any) -> EngineTimes | None:
@@ -194,29 +196,47 @@ class EngineServer:
         await self._warm_up()
 
     async def _warm_up(self) -> None:
-        """Prefill one prompt of the configured warm-up length (`EngineConfig.
-        warmup_prompt_tokens`; none when 0) and wait for its one token, so the engine has
-        prefilled its longest prompt before any client request reaches it."""
+        """Before the replica reports ready: prefill one prompt of the configured warm-up
+        length (`EngineConfig.warmup_prompt_tokens`; none when 0), then a burst of distinct
+        prompts at once (`EngineConfig.warmup_burst_tokens`), each with max_tokens 1, so
+        the engine has run its longest prefill and a full multi-sequence step that splits a
+        prompt before any client request reaches it."""
+        eng = self._config.pool(self.role).engine
+        max_len = self._config.model.max_model_len_tokens
+        num_tokens = eng.warmup_tokens(self._config.platform, max_len)
+        if num_tokens <= 0:
+            return
+        took_s = await self._prefill_at_once([warmup_token_ids(num_tokens)], "prompt")
+        log.info("%s engine warm-up: a %d-token prefill took %.2f s", self.role, num_tokens, took_s)
+        burst = eng.warmup_burst_tokens(self._config.platform, max_len)
+        if burst:
+            prompts = [warmup_token_ids(n, first=i + 1) for i, n in enumerate(burst)]
+            took_s = await self._prefill_at_once(prompts, "burst")
+            log.info(
+                "%s engine warm-up: %d prompts of %d tokens at once took %.2f s",
+                self.role,
+                len(burst),
+                burst[0],
+                took_s,
+            )
+
+    async def _prefill_at_once(self, prompts: list[list[int]], name: str) -> float:
+        """Prefill `prompts` concurrently (max_tokens 1); seconds until the last finished."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        num_tokens = self._config.pool(self.role).engine.warmup_tokens(
-            self._config.platform, self._config.model.max_model_len_tokens
-        )
-        if num_tokens <= 0:
-            return
-        started_s = time.monotonic()
-        prompt = TokensPrompt(prompt_token_ids=warmup_token_ids(num_tokens))
         params = SamplingParams(max_tokens=1, temperature=0.0)
-        request_id = f"pdserve-warmup-{self.role}-{self.replica_id}"
-        async for _ in self.engine.generate(prompt, params, request_id):
-            pass
-        log.info(
-            "%s engine warmed up: a %d-token prefill took %.2f s",
-            self.role,
-            num_tokens,
-            time.monotonic() - started_s,
-        )
+
+        async def one(i: int, ids: list[int]) -> None:
+            request_id = f"pdserve-warmup-{name}-{i}-{self.role}-{self.replica_id}"
+            async for _ in self.engine.generate(
+                TokensPrompt(prompt_token_ids=ids), params, request_id
+            ):
+                pass
+
+        started_s = time.monotonic()
+        await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts)))
+        return time.monotonic() - started_s
 
     async def _watch(self) -> None:
         """Ping the engine process every PING_PERIOD_S and record each answer. A frozen

@@ -1,6 +1,7 @@
-"""Every engine prefills one prompt of the longest length the model takes before its replica
-reports ready (engine.warmup_prompt_tokens, on by default on CPU): the prompt is in the
-engines' prefix caches before any client sent anything."""
+"""Every engine prefills one prompt of the longest length the model takes, then a burst of
+distinct prompts at once, before its replica reports ready (engine.warmup_prompt_tokens and
+engine.warmup_burst_prompts, on by default on CPU): the prompts are in the engines' prefix
+caches before any client sent anything."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def test_the_warmup_prompt_is_already_cached(cluster: Cluster) -> None:
     # The same ids in another order were never sent: nothing cached.
     other = warmup_token_ids(longest)[PROBE_TOKENS // 2 : PROBE_TOKENS // 2 + PROBE_TOKENS]
     assert _cached_tokens(cluster, other[::-1]) == 0
+
+
+def test_the_warmup_burst_prompts_are_already_cached(cluster: Cluster) -> None:
+    cfg = cluster.config
+    max_len = cfg.model.max_model_len_tokens
+    for role in ("prefill", "decode"):  # both engines prefilled the same burst
+        burst = cfg.pool(role).engine.warmup_burst_tokens(cfg.platform, max_len)
+        assert len(burst) == 4 and sum(burst) >= 1.5 * cfg.pool(role).engine.max_num_batched_tokens
+    burst = cfg.prefill.engine.warmup_burst_tokens(cfg.platform, max_len)
+    for i in range(len(burst)):
+        probe = warmup_token_ids(burst[i], first=i + 1)[:PROBE_TOKENS]
+        cached = _cached_tokens(cluster, probe)
+        assert cached >= PROBE_TOKENS - BLOCK_TOKENS, f"burst prompt {i} not cached: {cached}"

@@ -90,6 +90,33 @@ def test_warmup_prompt_is_ordinary_token_ids() -> None:
     assert len(set(ids)) == 990  # it cycles: no special or out-of-vocabulary ids
 
 
+def test_warmup_burst_prompts_differ_from_the_first_id() -> None:
+    """The burst's prompts start on different ids: no prefix-cache block in common."""
+    prompts = [warmup_token_ids(1536, first=i) for i in range(5)]
+    assert len({p[0] for p in prompts}) == 5
+    assert all(len(p) == 1536 and min(p) >= 10 and max(p) <= 999 for p in prompts)
+    assert warmup_token_ids(3, first=989) == [999, 10, 11]  # wraps inside the range
+
+
+def test_warmup_burst_fills_one_and_a_half_step_budgets() -> None:
+    """4 prompts adding up to 1.5 budgets by default on CPU: the first step is full and
+    splits one prompt; bounded by the context window and max_num_seqs; none when off."""
+    cpu = PdserveConfig().decode.engine  # budget 4096
+    assert cpu.warmup_burst_tokens("cpu", 4096) == (1536,) * 4
+    assert sum(cpu.warmup_burst_tokens("cpu", 4096)) == 6144
+    assert cpu.warmup_burst_tokens("cpu", 1024) == (1023,) * 4  # each fits the window
+    few_seqs = cpu.model_copy(update={"max_num_seqs": 2})
+    assert few_seqs.warmup_burst_tokens("cpu", 4096) == (3072,) * 2
+    assert cpu.model_copy(update={"warmup_burst_prompts": 0}).warmup_burst_tokens("cpu", 4096) == ()
+    no_warmup = cpu.model_copy(update={"warmup_prompt_tokens": 0})
+    assert no_warmup.warmup_burst_tokens("cpu", 4096) == ()  # only after the warm-up prompt
+    assert cpu.warmup_burst_tokens("cuda", 4096) == ()  # GPU: no warm-up by default
+    assert (
+        cpu.model_copy(update={"warmup_prompt_tokens": 100}).warmup_burst_tokens("cuda", 4096)
+        == (1536,) * 4
+    )
+
+
 def test_buffer_device_auto_follows_platform() -> None:
     gpu = PdserveConfig.model_validate(
         {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}

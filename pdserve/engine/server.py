@@ -25,6 +25,7 @@ from pdserve.engine.liveness import EngineLiveness
 from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.pinning import pin_engine_threads
 from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
+from pdserve.engine.warmup import warm_up
 from pdserve.kv_transfer.connector_config import (
     engine_environment,
     replica_cores,
@@ -33,7 +34,6 @@ from pdserve.kv_transfer.connector_config import (
 from pdserve.kv_transfer.ports import pick_free_port
 from pdserve.messages import EngineTimes
 from pdserve.node import advertised_address
-from pdserve.profiling.plan import TOKEN_ID_RANGE
 from pdserve.router.policy.types import PoolName
 
 log = logging.getLogger("pdserve.engine")
@@ -112,15 +112,6 @@ def _node_ip() -> str:
         return "127.0.0.1"
 
 
-def warmup_token_ids(num_tokens: int, first: int = 0) -> list[int]:
-    """A warm-up prompt: `num_tokens` ids cycling through the profiler's TOKEN_ID_RANGE
-    (ordinary vocabulary entries of any model, no special tokens), starting `first` ids into
-    the range. Prompts with different `first` (below the range's size) differ in their first
-    id, so they share no prefix-cache block."""
-    low, high = TOKEN_ID_RANGE
-    return [low + (first + i) % (high - low) for i in range(num_tokens)]
-
-
 def engine_times(output: Any) -> EngineTimes | None:
     """One request's timestamps from a vLLM RequestOutput (None before its first token)."""
     m = getattr(output, "metrics", None)
@@ -196,47 +187,25 @@ class EngineServer:
         await self._warm_up()
 
     async def _warm_up(self) -> None:
-        """Before the replica reports ready: prefill one prompt of the configured warm-up
-        length (`EngineConfig.warmup_prompt_tokens`; none when 0), then a burst of distinct
-        prompts at once (`EngineConfig.warmup_burst_tokens`), each with max_tokens 1, so
+        """Before the replica reports ready: the pool's warm-up (pdserve.engine.warmup), so
         the engine has run its longest prefill and a full multi-sequence step that splits a
         prompt before any client request reaches it."""
-        eng = self._config.pool(self.role).engine
-        max_len = self._config.model.max_model_len_tokens
-        num_tokens = eng.warmup_tokens(self._config.platform, max_len)
-        if num_tokens <= 0:
-            return
-        took_s = await self._prefill_at_once([warmup_token_ids(num_tokens)], "prompt")
-        log.info("%s engine warm-up: a %d-token prefill took %.2f s", self.role, num_tokens, took_s)
-        burst = eng.warmup_burst_tokens(self._config.platform, max_len)
-        if burst:
-            prompts = [warmup_token_ids(n, first=i + 1) for i, n in enumerate(burst)]
-            took_s = await self._prefill_at_once(prompts, "burst")
+        times = await warm_up(
+            self.engine,
+            self._config.pool(self.role).engine,
+            self._config.platform,
+            self._config.model.max_model_len_tokens,
+            f"pdserve-warmup-{self.role}-{self.replica_id}",
+        )
+        if times.prompt_tokens:
             log.info(
-                "%s engine warm-up: %d prompts of %d tokens at once took %.2f s",
+                "%s engine warm-up: a %d-token prefill took %.2f s; %d prompts at once %.2f s",
                 self.role,
-                len(burst),
-                burst[0],
-                took_s,
+                times.prompt_tokens,
+                times.prompt_s,
+                len(times.burst_tokens),
+                times.burst_s,
             )
-
-    async def _prefill_at_once(self, prompts: list[list[int]], name: str) -> float:
-        """Prefill `prompts` concurrently (max_tokens 1); seconds until the last finished."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        params = SamplingParams(max_tokens=1, temperature=0.0)
-
-        async def one(i: int, ids: list[int]) -> None:
-            request_id = f"pdserve-warmup-{name}-{i}-{self.role}-{self.replica_id}"
-            async for _ in self.engine.generate(
-                TokensPrompt(prompt_token_ids=ids), params, request_id
-            ):
-                pass
-
-        started_s = time.monotonic()
-        await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts)))
-        return time.monotonic() - started_s
 
     async def _watch(self) -> None:
         """Ping the engine process every PING_PERIOD_S and record each answer. A frozen

@@ -5,7 +5,7 @@ caches before any client sent anything."""
 
 from __future__ import annotations
 
-from pdserve.engine.server import warmup_token_ids
+from pdserve.engine.warmup import warmup_token_ids
 from tests.integration.conftest import Cluster
 
 PROBE_TOKENS = 1024

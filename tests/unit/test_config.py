@@ -8,7 +8,7 @@ import re
 import pytest
 
 from pdserve.config import ConfigError, PdserveConfig, load_config, parse_config
-from pdserve.engine.server import warmup_token_ids
+from pdserve.engine.warmup import warmup_token_ids
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

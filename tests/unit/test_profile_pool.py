@@ -112,7 +112,9 @@ def test_profile_fits_on_this_run_and_the_pooled_reports(tmp_path: pathlib.Path)
     text = " ".join(result.output.split())
     assert "fitted on 2 runs' samples pooled (this run: B=8 step" in text
     assert f"{earlier}: B=8 step" in text and "% off the fit" in text
-    assert "off the pooled fit" not in text  # the decode steps agree: no drift warning
+    # No drift check here: both runs' decode steps are wall-clock times of the mock router,
+    # which a loaded CI host moved 27 % apart (over POOL_DRIFT_WARN). Within the threshold, no
+    # warning: test_pool_drift_warning_says_which_way_this_run_is_off, on exact steps.
     # The error line (and the noisy-fit warning) is over the pool the model was fitted on, not
     # over this run alone: the fit sits between two runs 3x apart and misses both.
     both = [PrefillSample(**p) for p in (*now["prefill_samples"], *before["prefill_samples"])]

@@ -81,10 +81,10 @@ def main(
     if core >= 0:
         os.sched_setaffinity(0, {core})  # the engine-core process inherits it
     opts = {"bursts": bursts, "burst_size": burst_size, "long_tokens": long_tokens}
+    pool = cast(PoolName, role)
     runs: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
     for s in range(starts):
         for v in VARIANTS:
-            pool = cast(PoolName, role)
             got = asyncio.run(_one_start(cfg, pool, v == VARIANTS[1], opts, seed=s))
             gc.collect()  # the stopped engine's last references, while the interpreter runs
             runs[v].append(got)

@@ -148,8 +148,9 @@ class EngineConfig(StrictModel):
             "model.max_model_len_tokens - 1, at most max_num_seqs of them): a step that fills "
             "the token budget with several sequences and splits one, then the split one's "
             "rest, so a client's first burst of long prompts is not the engine's first such "
-            "step (bench/RESULTS.md, 'A warm-up burst'). 0 = none; runs only when the "
-            "warm-up prompt does (warmup_prompt_tokens > 0)."
+            "step. On the CPU host it was measured on, it changed no latency measurably either "
+            "way (bench/RESULTS.md, 'A warm-up burst in the engines'). 0 = none; runs only "
+            "when the warm-up prompt does (warmup_prompt_tokens > 0)."
         ),
     )
     extra_engine_args: dict[str, Any] = Field(

@@ -135,7 +135,8 @@ def pool_drift_warning(this_run: Sequence[DecodeSample], model: CostModel) -> st
         "Either this profile caught the host at an odd moment, or the host is not as it was "
         "on the pooled runs. Profile again in a few minutes: if this run's samples stay off "
         f"the pool, expect a run benched now to come out {way} than the pooled profile "
-        "predicts"
+        "predicts: bench your layouts now (`pdserve bench --deployments ... --rounds 2 --json "
+        "pilot.json`) and fit on that run (`pdserve tune --fit-on pilot.json`)"
     )
 
 

@@ -144,13 +144,7 @@ def simulate(
     cfg = _bench_config(report, options, console)
     names = _deployments(config, report, console)
     records = _trace(cfg, console)
-    layouts = {}
-    for name, path in names.items():
-        try:
-            layouts[name] = layout_from_config(load_config(path), name=name)
-        except ConfigError as exc:
-            console.print(f"[red]config error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
+    layouts = _layouts(names, console)
     if fit_host_on is not None and load_from is not None:
         console.print("[red]error:[/red] --fit-host-on fits the load terms --load-from carries")
         raise typer.Exit(2)
@@ -187,6 +181,44 @@ def simulate(
         raise typer.Exit(1 if misses else 0)
 
 
+def fit_on_run(
+    prof: SimProfile,
+    run: pathlib.Path,
+    name: str | None,
+    host_cores: int,
+    console: Console,
+) -> SimProfile:
+    """`prof` fitted on the recorded run at `run` (a `pdserve bench --json` report whose
+    deployments' configs are readable from here) as `simulate --measured RUN --fit-host-on
+    NAME` fits it; `name` None picks the run's first disaggregated deployment. Exits 2 with a
+    message on an unreadable run or config, or no deployment to fit on."""
+    report = _load_report(run, console)
+    layouts = _layouts(_deployments(None, report, console), console)
+    if name is None:
+        name = next((n for n, lay in layouts.items() if not lay.aggregated), None)
+        if name is None:
+            console.print(
+                f"[red]error:[/red] {run} measured no disaggregated deployment to fit on; "
+                "name one with --fit-host-on"
+            )
+            raise typer.Exit(2)
+    return _fit_host(
+        prof, report, layouts, name, _bench_config(report, {}, console), host_cores, console
+    )
+
+
+def _layouts(names: dict[str, pathlib.Path], console: Console) -> dict[str, SimLayout]:
+    """Each named deployment's simulated layout, from its config file (exit 2 on a bad one)."""
+    layouts = {}
+    for name, path in names.items():
+        try:
+            layouts[name] = layout_from_config(load_config(path), name=name)
+        except ConfigError as exc:
+            console.print(f"[red]config error:[/red] {name}={path}: {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+    return layouts
+
+
 def _fit_host(
     prof: SimProfile,
     report: BenchReport | None,
@@ -198,7 +230,11 @@ def _fit_host(
 ) -> SimProfile:
     measured = report.policies.get(name) if report is not None else None
     if measured is None or name not in layouts:
-        console.print(f"[red]error:[/red] --fit-host-on {name}: needs --measured with that phase")
+        have = ", ".join(report.policies) if report is not None else "none"
+        console.print(
+            f"[red]error:[/red] --fit-host-on {name}: needs a measured run with that deployment "
+            f"(the run's: {have})"
+        )
         raise typer.Exit(2)
     console.print(
         f"fitting the serving layer on {name} (a few hundred simulations of the "

@@ -1,9 +1,11 @@
 """`pdserve tune` (typer): search deployment layouts with the simulator and recommend one.
 
 Registered in pdserve/cli.py. Reads a simulator profile (`pdserve profile --sim-profile`), a
-base config (model, engines, router), a workload and SLOs; prints the ranked candidates and
-the recommendation; `--write` saves the recommended config, `--write-helm` the Helm values
-that deploy it. Exit status: 0 done; 1 no candidate reaches --target-goodput; 2 bad options.
+base config (model, engines, router), a workload and SLOs; with `--fit-on RUN` first fits the
+profile's load terms on a run measured now (as `pdserve simulate --fit-host-on` does); prints
+the ranked candidates and the recommendation; `--write` saves the recommended config,
+`--write-helm` the Helm values that deploy it. Exit status: 0 done; 1 no candidate reaches
+--target-goodput; 2 bad options.
 """
 
 from __future__ import annotations
@@ -27,14 +29,23 @@ from pdserve.sim.cli import (
     _load_profile,
     _load_report,
     _trace,
+    fit_on_run,
 )
 from pdserve.sim.search import P99_TIE, Ranked, candidates, meets_target, rank, typical_ttft_s
 
 _NOT_WORKLOAD = {
     "profile", "config", "devices", "chunk_tokens", "local_thresholds", "no_aggregated",
     "target_goodput", "workload_from", "top", "write", "write_helm", "max_ttft_p99_s",
-    "max_itl_p99_s", "runs", "load_from",
+    "max_itl_p99_s", "runs", "load_from", "fit_on", "fit_host_on", "host_cores",
+    "write_profile",
 }  # fmt: skip
+FIT_ON_HELP = (
+    "A `pdserve bench --json` run of your layouts measured on this machine now (a pilot, "
+    "e.g. --rounds 2): fit the profile's load terms on it, as `pdserve simulate "
+    "--measured RUN --fit-host-on` does, before searching. Do this when `pdserve profile` warns "
+    "that the host is off the pooled profile: a fit carried from another hour misses when the "
+    "host's speed has moved (bench/RESULTS.md, runs AG and AK)."
+)
 
 
 def _int_list(text: str, what: str, *, allow_none: bool) -> list[int | None]:
@@ -64,6 +75,21 @@ def tune(
         int, typer.Option(min=1, help="Device budget: engines (GPUs; cores on CPU) to use.")
     ],
     load_from: Annotated[pathlib.Path | None, typer.Option(help=LOAD_FROM_HELP)] = None,
+    fit_on: Annotated[pathlib.Path | None, typer.Option(help=FIT_ON_HELP)] = None,
+    fit_host_on: Annotated[
+        str | None,
+        typer.Option(
+            help="With --fit-on: the run's deployment to fit the serving layer on (default: its "
+            "first disaggregated one; the run's aggregated one, if any, fits the local intake)."
+        ),
+    ] = None,
+    host_cores: Annotated[
+        int, typer.Option(min=1, help="With --fit-on: cores the measured machine had.")
+    ] = 2,
+    write_profile: Annotated[
+        pathlib.Path | None,
+        typer.Option(help="With --fit-on: save the fitted profile (reuse it with --load-from)."),
+    ] = None,
     chunk_tokens: Annotated[
         str, typer.Option(help="Prefill chunk sizes to try, comma-separated; 'none' = whole.")
     ] = "256,512,1024,none",
@@ -127,7 +153,18 @@ def tune(
     workload and SLOs on a device budget, from simulations fitted to your engines."""
     options = {k: v for k, v in locals().items() if v is not None and k not in _NOT_WORKLOAD}
     console = Console()
+    if fit_on is not None and load_from is not None:
+        console.print("[red]error:[/red] --fit-on fits the load terms --load-from carries")
+        raise typer.Exit(2)
+    if fit_on is None and (fit_host_on is not None or write_profile is not None):
+        console.print("[red]error:[/red] --fit-host-on and --write-profile need --fit-on")
+        raise typer.Exit(2)
     prof = _load_profile(profile, console, load_from)
+    if fit_on is not None:
+        prof = fit_on_run(prof, fit_on, fit_host_on, host_cores, console)
+        if write_profile is not None:
+            write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
+            console.print(f"fitted profile written to {write_profile}")
     try:
         base = load_config(config)
     except ConfigError as exc:

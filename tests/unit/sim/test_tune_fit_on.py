@@ -1,0 +1,81 @@
+"""`pdserve tune --fit-on RUN`: fit the profile on a run measured now, then search.
+
+The fit is the one `pdserve simulate --measured RUN --fit-host-on 1p1d --write-profile` writes:
+on run AL's two-round pilot, the fit named before run AL that held all 18 cells
+(tests/unit/sim/test_run_al.py). Every misuse is refused with exit status 2 and a message.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from typer.testing import CliRunner
+
+from pdserve.cli import app
+from pdserve.sim.profile import SimProfile
+from tests.unit.sim.test_local_intake import FIXTURES, assert_same_fit
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PILOT = FIXTURES / "mixed-3way-600-run-al-pilot.json"
+IDLE_AL = FIXTURES / "sim-profile-local-al-pooled.json"
+PILOT_FIT = FIXTURES / "sim-profile-local-al-pilot-pooled-intake-2026-12-05.json"
+SMALL_SEARCH = [
+    "--config", str(ROOT / "deploy" / "local.yaml"), "--devices", "2", "--no-aggregated",
+    "--chunk-tokens", "none", "--local-thresholds", "128", "--runs", "1",
+    "--workload", "mixed", "--num-requests", "100", "--target-goodput", "0",
+]  # fmt: skip
+
+
+def _tune(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["tune", "--profile", str(IDLE_AL), *args, *SMALL_SEARCH])
+    return result.exit_code, result.output
+
+
+def test_tune_fits_on_the_run_as_simulate_does_then_recommends(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)  # the run names its deployments' configs from the repository root
+    fitted = tmp_path / "fit.json"
+    code, out = _tune("--fit-on", str(PILOT), "--write-profile", str(fitted))
+    assert code == 0, out
+    # No deployment named: the run's first disaggregated one (1p1d; aggregated comes first).
+    assert "fitting the serving layer on 1p1d" in out
+    assert "fitted on aggregated's request classes" in out
+    assert "recommended:" in out
+    assert_same_fit(SimProfile.load(fitted), SimProfile.load(PILOT_FIT))
+
+
+def test_fit_on_names_the_run_s_deployments_when_asked_for_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    code, out = _tune("--fit-on", str(PILOT), "--fit-host-on", "1p2d")
+    assert code == 2
+    assert "1p2d" in out and "aggregated, 1p1d, 2p1d" in out
+
+
+def test_fit_on_says_which_config_it_cannot_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the run's relative config paths do not resolve here
+    code, out = _tune("--fit-on", str(PILOT))
+    assert code == 2
+    assert "config error" in out and "deploy/local-aggregated.yaml" in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--fit-on", str(PILOT), "--load-from", str(PILOT_FIT)],
+        ["--fit-host-on", "1p1d"],
+        ["--write-profile", "fit.json"],
+    ],
+)
+def test_fit_options_that_do_not_go_together_are_refused(
+    args: list[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out = _tune(*args)
+    assert code == 2 and "error" in out
+    assert not (tmp_path / "fit.json").exists()

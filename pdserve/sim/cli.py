@@ -193,6 +193,13 @@ def fit_on_run(
     NAME` fits it; `name` None picks the run's first disaggregated deployment. Exits 2 with a
     message on an unreadable run or config, or no deployment to fit on."""
     report = _load_report(run, console)
+    if not report.config.get("deployments"):
+        console.print(
+            f"[red]error:[/red] {run} records no deployment configs (benched with --url): bench "
+            "the pilot with `pdserve bench --deployments NAME=CONFIG,...` so the fit knows "
+            "each layout"
+        )
+        raise typer.Exit(2)
     layouts = _layouts(_deployments(None, report, console), console)
     if name is None:
         name = next((n for n, lay in layouts.items() if not lay.aggregated), None)

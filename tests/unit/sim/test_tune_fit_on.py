@@ -12,6 +12,7 @@ import pathlib
 import pytest
 from typer.testing import CliRunner
 
+from pdserve.bench.report import BenchReport
 from pdserve.cli import app
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_local_intake import FIXTURES, assert_same_fit
@@ -62,6 +63,16 @@ def test_fit_on_says_which_config_it_cannot_read(
     code, out = _tune("--fit-on", str(PILOT))
     assert code == 2
     assert "config error" in out and "deploy/local-aggregated.yaml" in out
+
+
+def test_fit_on_refuses_a_run_that_records_no_deployment_configs(tmp_path: pathlib.Path) -> None:
+    report = BenchReport.model_validate_json(PILOT.read_text())
+    run = tmp_path / "url-run.json"  # as `pdserve bench --url` writes it: no --deployments
+    run.write_text(
+        report.model_copy(update={"config": {**report.config, "deployments": []}}).model_dump_json()
+    )
+    code, out = _tune("--fit-on", str(run))
+    assert code == 2 and "records no deployment configs" in out and "--deployments" in out
 
 
 @pytest.mark.parametrize(

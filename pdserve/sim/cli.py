@@ -154,8 +154,7 @@ def simulate(
         if fit_host_on is None and load_from is None:
             console.print("[red]error:[/red] --write-profile needs --fit-host-on or --load-from")
             raise typer.Exit(2)
-        write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
-        console.print(f"profile written to {write_profile}")
+        save_profile(prof, write_profile, console)
     predictions = [predict(n, lay, prof, cfg, records, runs=runs) for n, lay in layouts.items()]
     console.print(predictions_table(predictions, cfg))
     rows = compare(predictions, report) if report is not None else []
@@ -212,6 +211,13 @@ def fit_on_run(
     return _fit_host(
         prof, report, layouts, name, _bench_config(report, {}, console), host_cores, console
     )
+
+
+def save_profile(prof: SimProfile, path: pathlib.Path, console: Console) -> None:
+    """Write `prof` (a fitted or carried profile) to `path` as JSON, for --profile or
+    --load-from later."""
+    path.write_text(prof.model_dump_json(indent=2) + "\n")
+    console.print(f"profile written to {path}")
 
 
 def _layouts(names: dict[str, pathlib.Path], console: Console) -> dict[str, SimLayout]:

@@ -30,6 +30,7 @@ from pdserve.sim.cli import (
     _load_report,
     _trace,
     fit_on_run,
+    save_profile,
 )
 from pdserve.sim.search import P99_TIE, Ranked, candidates, meets_target, rank, typical_ttft_s
 
@@ -163,8 +164,7 @@ def tune(
     if fit_on is not None:
         prof = fit_on_run(prof, fit_on, fit_host_on, host_cores, console)
         if write_profile is not None:
-            write_profile.write_text(prof.model_dump_json(indent=2) + "\n")
-            console.print(f"fitted profile written to {write_profile}")
+            save_profile(prof, write_profile, console)
     try:
         base = load_config(config)
     except ConfigError as exc:

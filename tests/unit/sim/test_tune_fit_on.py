@@ -75,6 +75,22 @@ def test_fit_on_refuses_a_run_that_records_no_deployment_configs(tmp_path: pathl
     assert code == 2 and "records no deployment configs" in out and "--deployments" in out
 
 
+def test_fit_on_refuses_a_run_with_no_disaggregated_deployment_to_fit(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    report = BenchReport.model_validate_json(PILOT.read_text())
+    only = ["aggregated=deploy/local-aggregated.yaml"]
+    run = tmp_path / "aggregated-only.json"
+    run.write_text(
+        report.model_copy(
+            update={"config": {**report.config, "deployments": only}}
+        ).model_dump_json()
+    )
+    code, out = _tune("--fit-on", str(run))
+    assert code == 2 and "no disaggregated deployment" in out and "--fit-host-on" in out
+
+
 @pytest.mark.parametrize(
     "args",
     [

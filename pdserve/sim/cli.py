@@ -28,6 +28,7 @@ from pdserve.sim.carry import carry_load, serving_speed_ratio
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.fit_engine import idle_steps_slower_than_run
 from pdserve.sim.layout import SimLayout, layout_from_config
+from pdserve.sim.pilot import PilotCheck, check_on_pilot
 from pdserve.sim.predict import (
     compare,
     compare_stages,
@@ -189,8 +190,10 @@ def fit_on_run(
 ) -> SimProfile:
     """`prof` fitted on the recorded run at `run` (a `pdserve bench --json` report whose
     deployments' configs are readable from here) as `simulate --measured RUN --fit-host-on
-    NAME` fits it; `name` None picks the run's first disaggregated deployment. Exits 2 with a
-    message on an unreadable run or config, or no deployment to fit on."""
+    NAME` fits it; `name` None picks the run's first disaggregated deployment. Then says how
+    many of the run's own TTFT/ITL cells the fit holds, and warns on a miss
+    (pdserve.sim.pilot). Exits 2 with a message on an unreadable run or config, or no
+    deployment to fit on."""
     report = _load_report(run, console)
     if not report.config.get("deployments"):
         console.print(
@@ -208,9 +211,37 @@ def fit_on_run(
                 "name one with --fit-host-on"
             )
             raise typer.Exit(2)
-    return _fit_host(
-        prof, report, layouts, name, _bench_config(report, {}, console), host_cores, console
+    cfg = _bench_config(report, {}, console)
+    fitted = _fit_host(prof, report, layouts, name, cfg, host_cores, console)
+    check = check_on_pilot(fitted, report, layouts, cfg, _trace(cfg, console))
+    report_pilot_check(check, run, fitted, console)
+    return fitted
+
+
+def report_pilot_check(
+    check: PilotCheck, run: pathlib.Path, fitted: SimProfile, console: Console
+) -> None:
+    """Say how many of the pilot's own TTFT/ITL cells the fit holds; on a miss, warn with
+    each missed cell and what to do (bench the pilot again)."""
+    if not check.misses:
+        console.print(
+            f"the fit holds all {check.cells} TTFT/ITL cells of the pilot itself (p50 within "
+            "15 %, p99 within 30 %)"
+        )
+        return
+    console.print(
+        f"[yellow]warning:[/yellow] the fit misses {len(check.misses)} of {check.cells} "
+        f"TTFT/ITL cells of the pilot it was fitted on ({run}): the pilot measured something "
+        f"the simulator does not reproduce (fitted host stalls: "
+        f"{fitted.host_stall_rate_per_s:g} per second, median "
+        f"{fitted.host_stall_median_s * 1e3:g} ms). Bench the pilot again and fit on the new "
+        "one before trusting the ranking (bench/RESULTS.md, run AM)"
     )
+    for row in check.misses:
+        console.print(
+            f"  {row.deployment} {row.scope} {row.label}: predicted {sig3(row.predicted)}, "
+            f"measured {sig3(row.measured)} (x{sig3(row.ratio)})"
+        )
 
 
 def save_profile(prof: SimProfile, path: pathlib.Path, console: Console) -> None:

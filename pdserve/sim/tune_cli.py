@@ -2,7 +2,8 @@
 
 Registered in pdserve/cli.py. Reads a simulator profile (`pdserve profile --sim-profile`), a
 base config (model, engines, router), a workload and SLOs; with `--fit-on RUN` first fits the
-profile's load terms on a run measured now (as `pdserve simulate --fit-host-on` does); prints
+profile's load terms on a run measured now (as `pdserve simulate --fit-host-on` does) and
+checks the fit on that run's own cells (pdserve.sim.pilot); prints
 the ranked candidates and the recommendation; `--write` saves the recommended config,
 `--write-helm` the Helm values that deploy it. Exit status: 0 done; 1 no candidate reaches
 --target-goodput; 2 bad options.
@@ -43,9 +44,11 @@ _NOT_WORKLOAD = {
 FIT_ON_HELP = (
     "A `pdserve bench --json` run of your layouts measured on this machine now (a pilot, "
     "e.g. --rounds 2): fit the profile's load terms on it, as `pdserve simulate "
-    "--measured RUN --fit-host-on` does, before searching. Do this when `pdserve profile` warns "
-    "that the host is off the pooled profile: a fit carried from another hour misses when the "
-    "host's speed has moved (bench/RESULTS.md, runs AG and AK)."
+    "--measured RUN --fit-host-on` does, before searching, and say how many of the run's own "
+    "TTFT/ITL cells the fit holds (a warning names each miss: bench the pilot again). Do "
+    "this when `pdserve profile` warns that the host is off the pooled profile: a fit carried "
+    "from another hour misses when the host's speed has moved (bench/RESULTS.md, runs AG and "
+    "AK)."
 )
 
 

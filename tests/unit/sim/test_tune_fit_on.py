@@ -2,7 +2,9 @@
 
 The fit is the one `pdserve simulate --measured RUN --fit-host-on 1p1d --write-profile` writes:
 on run AL's two-round pilot, the fit named before run AL that held all 18 cells
-(tests/unit/sim/test_run_al.py). Every misuse is refused with exit status 2 and a message.
+(tests/unit/sim/test_run_al.py). It is then checked on the pilot itself: tune says how many of
+the pilot's TTFT/ITL cells it holds and warns, naming each, when it misses any (run AM's
+pilot). Every misuse is refused with exit status 2 and a message.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 PILOT = FIXTURES / "mixed-3way-600-run-al-pilot.json"
 IDLE_AL = FIXTURES / "sim-profile-local-al-pooled.json"
 PILOT_FIT = FIXTURES / "sim-profile-local-al-pilot-pooled-intake-2026-12-05.json"
+PILOT_AM = FIXTURES / "mixed-3way-600-run-am-pilot.json"
 SMALL_SEARCH = [
     "--config", str(ROOT / "deploy" / "local.yaml"), "--devices", "2", "--no-aggregated",
     "--chunk-tokens", "none", "--local-thresholds", "128", "--runs", "1",
@@ -45,6 +48,26 @@ def test_tune_fits_on_the_run_as_simulate_does_then_recommends(
     assert "fitted on aggregated's request classes" in out
     assert "recommended:" in out
     assert_same_fit(SimProfile.load(fitted), SimProfile.load(PILOT_FIT))
+    # The fit is checked on the pilot itself: run AL's pilot fit held all its cells.
+    assert "the fit holds all 30 TTFT/ITL cells of the pilot itself" in out
+    assert "warning" not in out
+
+
+def test_fit_on_warns_when_the_fit_misses_cells_of_its_own_pilot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run AM's pilot caught the host stalling: its fit missed three of the pilot's own 30
+    cells, all too high (bench/RESULTS.md, "Run AM"); tune names each and says to re-bench."""
+    monkeypatch.chdir(ROOT)
+    code, out = _tune("--fit-on", str(PILOT_AM))
+    assert code == 0, out
+    text = " ".join(out.split())  # rich wraps long lines
+    assert "warning: the fit misses 3 of 30 TTFT/ITL cells of the pilot" in text
+    assert "Bench the pilot again" in text
+    for cell in ("aggregated long TTFT p50", "1p1d short TTFT p99", "2p1d short TTFT p99"):
+        assert cell in text
+    assert "holds all" not in text
+    assert "recommended:" in text  # a warning, not a refusal
 
 
 def test_fit_on_names_the_run_s_deployments_when_asked_for_another(

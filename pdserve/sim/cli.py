@@ -229,12 +229,16 @@ def report_pilot_check(
             "15 %, p99 within 30 %)"
         )
         return
+    stalls = (
+        f" (fitted host stalls: {fitted.host_stall_rate_per_s:g} per second, median "
+        f"{fitted.host_stall_median_s * 1e3:g} ms)"
+        if fitted.host_stall_rate_per_s > 0
+        else ""
+    )
     console.print(
         f"[yellow]warning:[/yellow] the fit misses {len(check.misses)} of {check.cells} "
         f"TTFT/ITL cells of the pilot it was fitted on ({run}): the pilot measured something "
-        f"the simulator does not reproduce (fitted host stalls: "
-        f"{fitted.host_stall_rate_per_s:g} per second, median "
-        f"{fitted.host_stall_median_s * 1e3:g} ms). Bench the pilot again and fit on the new "
+        f"the simulator does not reproduce{stalls}. Bench the pilot again and fit on the new "
         "one before trusting the ranking (bench/RESULTS.md, run AM)"
     )
     for row in check.misses:

@@ -12,10 +12,14 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from pdserve.bench.report import BenchReport
 from pdserve.cli import app
+from pdserve.sim.cli import report_pilot_check
+from pdserve.sim.pilot import PilotCheck
+from pdserve.sim.predict import ComparedRow
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.test_local_intake import FIXTURES, assert_same_fit
 
@@ -63,6 +67,7 @@ def test_fit_on_warns_when_the_fit_misses_cells_of_its_own_pilot(
     assert code == 0, out
     text = " ".join(out.split())  # rich wraps long lines
     assert "warning: the fit misses 3 of 30 TTFT/ITL cells of the pilot" in text
+    assert "(fitted host stalls: 0.5 per second, median 10 ms)" in text
     assert "Bench the pilot again" in text
     for cell in ("aggregated long TTFT p50", "1p1d short TTFT p99", "2p1d short TTFT p99"):
         assert cell in text
@@ -129,3 +134,17 @@ def test_fit_options_that_do_not_go_together_are_refused(
     code, out = _tune(*args)
     assert code == 2 and "error" in out
     assert not (tmp_path / "fit.json").exists()
+
+
+def test_the_pilot_warning_names_host_stalls_only_when_the_fit_has_them() -> None:
+    """A fit without stalls (run AL's pilot fit) that misses a cell: the warning names the cell
+    and says to re-bench, without a stall clause."""
+    row = ComparedRow("2p1d", "short", "TTFT p50", "ttft_p50_s", 0.0167, 0.0201)
+    console = Console(record=True, width=400)
+    report_pilot_check(
+        PilotCheck(cells=30, misses=(row,)), PILOT, SimProfile.load(PILOT_FIT), console
+    )
+    out = console.export_text()
+    assert "the fit misses 1 of 30 TTFT/ITL cells of the pilot" in out
+    assert "host stalls" not in out
+    assert "2p1d short TTFT p50: predicted 0.0167, measured 0.0201 (x0.831)" in out

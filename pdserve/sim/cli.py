@@ -222,7 +222,7 @@ def report_pilot_check(
     check: PilotCheck, run: pathlib.Path, fitted: SimProfile, console: Console
 ) -> None:
     """Say how many of the pilot's own TTFT/ITL cells the fit holds; on a miss, warn with
-    each missed cell and what to do (bench the pilot again)."""
+    each missed cell."""
     if not check.misses:
         console.print(
             f"the fit holds all {check.cells} TTFT/ITL cells of the pilot itself (p50 within "
@@ -237,9 +237,9 @@ def report_pilot_check(
     )
     console.print(
         f"[yellow]warning:[/yellow] the fit misses {len(check.misses)} of {check.cells} "
-        f"TTFT/ITL cells of the pilot it was fitted on ({run}): the pilot measured something "
-        f"the simulator does not reproduce{stalls}. Bench the pilot again and fit on the new "
-        "one before trusting the ranking (bench/RESULTS.md, run AM)"
+        f"TTFT/ITL cells of the pilot it was fitted on ({run}){stalls}: the simulator does not "
+        "reproduce the pilot in these cells. Whether such misses foretell misses on the next "
+        "run is not established (bench/RESULTS.md, runs AM and AN)"
     )
     for row in check.misses:
         console.print(

@@ -1,9 +1,10 @@
 """How well a fit describes the pilot run it was fitted on (pure): predict each of the run's
 deployments with the fitted profile on the run's own workload and compare with the bound
 (pdserve.sim.bounds). A fit that misses cells of its own pilot has fitted something the
-simulator cannot reproduce on that run (run AM's pilot: host stalls), and in bench/RESULTS.md
-its predictions of the next run held fewer cells than a fit that held its whole pilot (run
-AL)."""
+simulator does not reproduce on that run (run AM's pilot: host stalls). It is reported as a
+fact, not as a verdict on the pilot: in bench/RESULTS.md a fit that missed one cell of its
+pilot held every cell of the next run and one that held its whole pilot missed four (run AN).
+"""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ FIT_ON_HELP = (
     "A `pdserve bench --json` run of your layouts measured on this machine now (a pilot, "
     "e.g. --rounds 2): fit the profile's load terms on it, as `pdserve simulate "
     "--measured RUN --fit-host-on` does, before searching, and say how many of the run's own "
-    "TTFT/ITL cells the fit holds (a warning names each miss: bench the pilot again). Do "
+    "TTFT/ITL cells the fit holds (a warning names each miss). Do "
     "this when `pdserve profile` warns that the host is off the pooled profile: a fit carried "
     "from another hour misses when the host's speed has moved (bench/RESULTS.md, runs AG and "
     "AK)."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +19,7 @@ from rich.markup import escape
 
 from pdserve.bench.cli import _opt
 from pdserve.bench.config import BenchConfig
+from pdserve.bench.pool import pool_runs
 from pdserve.bench.report import BenchReport, PolicyReport
 from pdserve.bench.rounds import round_speed_sigma
 from pdserve.bench.stats import sig3
@@ -183,18 +185,29 @@ def simulate(
 
 def fit_on_run(
     prof: SimProfile,
-    run: pathlib.Path,
+    runs: Sequence[pathlib.Path],
     name: str | None,
     host_cores: int,
     console: Console,
 ) -> SimProfile:
-    """`prof` fitted on the recorded run at `run` (a `pdserve bench --json` report whose
-    deployments' configs are readable from here) as `simulate --measured RUN --fit-host-on
-    NAME` fits it; `name` None picks the run's first disaggregated deployment. Then says how
-    many of the run's own TTFT/ITL cells the fit holds, and warns on a miss
-    (pdserve.sim.pilot). Exits 2 with a message on an unreadable run or config, or no
-    deployment to fit on."""
-    report = _load_report(run, console)
+    """`prof` fitted on the recorded runs at `runs` (`pdserve bench --json` reports whose
+    deployments' configs are readable from here; several are pooled into one,
+    pdserve.bench.pool) as `simulate --measured RUN --fit-host-on NAME` fits one; `name` None
+    picks the run's first disaggregated deployment. Then says how many of the run's own
+    TTFT/ITL cells the fit holds, and warns on a miss (pdserve.sim.pilot). Exits 2 with a
+    message on an unreadable run or config, runs that cannot be pooled, or no deployment to
+    fit on."""
+    report = _load_report(runs[0], console)
+    if len(runs) > 1:
+        try:
+            report = pool_runs([report, *(_load_report(r, console) for r in runs[1:])])
+        except ValueError as exc:
+            console.print(f"[red]error:[/red] cannot pool the runs: {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+        console.print(
+            f"pooled {len(runs)} runs ({report.config['rounds']} rounds) into one to fit on"
+        )
+    run = ", ".join(str(r) for r in runs)
     if not report.config.get("deployments"):
         console.print(
             f"[red]error:[/red] {run} records no deployment configs (benched with --url): bench "
@@ -219,7 +232,7 @@ def fit_on_run(
 
 
 def report_pilot_check(
-    check: PilotCheck, run: pathlib.Path, fitted: SimProfile, console: Console
+    check: PilotCheck, run: str, fitted: SimProfile, console: Console
 ) -> None:
     """Say how many of the pilot's own TTFT/ITL cells the fit holds; on a miss, warn with
     each missed cell."""

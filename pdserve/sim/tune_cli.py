@@ -2,8 +2,9 @@
 
 Registered in pdserve/cli.py. Reads a simulator profile (`pdserve profile --sim-profile`), a
 base config (model, engines, router), a workload and SLOs; with `--fit-on RUN` first fits the
-profile's load terms on a run measured now (as `pdserve simulate --fit-host-on` does) and
-checks the fit on that run's own cells (pdserve.sim.pilot); prints
+profile's load terms on a run measured now (as `pdserve simulate --fit-host-on` does; several
+runs of one workload pooled into one, pdserve.bench.pool) and checks the fit on that run's own
+cells (pdserve.sim.pilot); prints
 the ranked candidates and the recommendation; `--write` saves the recommended config,
 `--write-helm` the Helm values that deploy it. Exit status: 0 done; 1 no candidate reaches
 --target-goodput; 2 bad options.
@@ -45,7 +46,9 @@ FIT_ON_HELP = (
     "A `pdserve bench --json` run of your layouts measured on this machine now (a pilot, "
     "e.g. --rounds 2): fit the profile's load terms on it, as `pdserve simulate "
     "--measured RUN --fit-host-on` does, before searching, and say how many of the run's own "
-    "TTFT/ITL cells the fit holds (a warning names each miss). Do "
+    "TTFT/ITL cells the fit holds (a warning names each miss). Repeat it to pool several "
+    "pilots of the same workload and deployments into one (their rounds one after another): "
+    "the fit then stands on more of the host's minutes. Do "
     "this when `pdserve profile` warns that the host is off the pooled profile: a fit carried "
     "from another hour misses when the host's speed has moved (bench/RESULTS.md, runs AG and "
     "AK)."
@@ -79,7 +82,7 @@ def tune(
         int, typer.Option(min=1, help="Device budget: engines (GPUs; cores on CPU) to use.")
     ],
     load_from: Annotated[pathlib.Path | None, typer.Option(help=LOAD_FROM_HELP)] = None,
-    fit_on: Annotated[pathlib.Path | None, typer.Option(help=FIT_ON_HELP)] = None,
+    fit_on: Annotated[list[pathlib.Path] | None, typer.Option(help=FIT_ON_HELP)] = None,
     fit_host_on: Annotated[
         str | None,
         typer.Option(
@@ -157,14 +160,14 @@ def tune(
     workload and SLOs on a device budget, from simulations fitted to your engines."""
     options = {k: v for k, v in locals().items() if v is not None and k not in _NOT_WORKLOAD}
     console = Console()
-    if fit_on is not None and load_from is not None:
+    if fit_on and load_from is not None:
         console.print("[red]error:[/red] --fit-on fits the load terms --load-from carries")
         raise typer.Exit(2)
-    if fit_on is None and (fit_host_on is not None or write_profile is not None):
+    if not fit_on and (fit_host_on is not None or write_profile is not None):
         console.print("[red]error:[/red] --fit-host-on and --write-profile need --fit-on")
         raise typer.Exit(2)
     prof = _load_profile(profile, console, load_from)
-    if fit_on is not None:
+    if fit_on:
         prof = fit_on_run(prof, fit_on, fit_host_on, host_cores, console)
         if write_profile is not None:
             save_profile(prof, write_profile, console)

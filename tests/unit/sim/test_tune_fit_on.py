@@ -28,6 +28,9 @@ PILOT = FIXTURES / "mixed-3way-600-run-al-pilot.json"
 IDLE_AL = FIXTURES / "sim-profile-local-al-pooled.json"
 PILOT_FIT = FIXTURES / "sim-profile-local-al-pilot-pooled-intake-2026-12-05.json"
 PILOT_AM = FIXTURES / "mixed-3way-600-run-am-pilot.json"
+AN_PILOTS = [FIXTURES / f"mixed-3way-600-run-an-{p}.json" for p in ("pilot", "pilot2")]
+AN_POOLED_FIT = FIXTURES / "sim-profile-local-an-pilots-pooled-intake-posthoc.json"
+IDLE_AN = FIXTURES / "sim-profile-local-an-pooled.json"
 SMALL_SEARCH = [
     "--config", str(ROOT / "deploy" / "local.yaml"), "--devices", "2", "--no-aggregated",
     "--chunk-tokens", "none", "--local-thresholds", "128", "--runs", "1",
@@ -142,9 +145,42 @@ def test_the_pilot_warning_names_host_stalls_only_when_the_fit_has_them() -> Non
     row = ComparedRow("2p1d", "short", "TTFT p50", "ttft_p50_s", 0.0167, 0.0201)
     console = Console(record=True, width=400)
     report_pilot_check(
-        PilotCheck(cells=30, misses=(row,)), PILOT, SimProfile.load(PILOT_FIT), console
+        PilotCheck(cells=30, misses=(row,)), str(PILOT), SimProfile.load(PILOT_FIT), console
     )
     out = console.export_text()
     assert "the fit misses 1 of 30 TTFT/ITL cells of the pilot" in out
     assert "host stalls" not in out
     assert "2p1d short TTFT p50: predicted 0.0167, measured 0.0201 (x0.831)" in out
+
+
+def test_repeated_fit_on_pools_the_pilots_and_fits_on_them_together(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run AN's two pilots pooled (four rounds): the fit tune writes is the one pinned in
+    tests/unit/sim/test_run_an.py (it held all 18 cells of run AN, fitted after the run)."""
+    monkeypatch.chdir(ROOT)
+    fitted = tmp_path / "fit.json"
+    result = CliRunner().invoke(
+        app,
+        ["tune", "--profile", str(IDLE_AN), "--fit-on", str(AN_PILOTS[0]), "--fit-on",
+         str(AN_PILOTS[1]), "--write-profile", str(fitted), *SMALL_SEARCH],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "pooled 2 runs (4 rounds) into one to fit on" in result.output
+    assert_same_fit(SimProfile.load(fitted), SimProfile.load(AN_POOLED_FIT))
+
+
+def test_fit_on_refuses_pilots_that_cannot_be_pooled(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    report = BenchReport.model_validate_json(AN_PILOTS[1].read_text())
+    other = tmp_path / "other-rate.json"
+    other.write_text(
+        report.model_copy(
+            update={"config": {**report.config, "request_rate": 8.0}}
+        ).model_dump_json()
+    )
+    code, out = _tune("--fit-on", str(AN_PILOTS[0]), "--fit-on", str(other))
+    assert code == 2
+    assert "cannot pool the runs" in out and "request_rate" in " ".join(out.split())

@@ -231,9 +231,7 @@ def fit_on_run(
     return fitted
 
 
-def report_pilot_check(
-    check: PilotCheck, run: str, fitted: SimProfile, console: Console
-) -> None:
+def report_pilot_check(check: PilotCheck, run: str, fitted: SimProfile, console: Console) -> None:
     """Say how many of the pilot's own TTFT/ITL cells the fit holds; on a miss, warn with
     each missed cell."""
     if not check.misses:

@@ -10,6 +10,8 @@ import functools
 
 import pytest
 
+from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import BenchReport
 from pdserve.bench.rounds import round_speed_sigma
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.fit_engine import fit_local_intake_per_token
@@ -44,7 +46,11 @@ def assert_same_fit(fitted: SimProfile, committed: SimProfile) -> None:
 def fit_on_run(run: str, idle: SimProfile) -> SimProfile:
     """`idle` fitted on the recorded `run` as the CLI fits it: the serving layer on its 1P1D,
     the spread between rounds from all its deployments, the intake on its aggregated one."""
-    report, workload = _report(run)
+    return fit_on_report(*_report(run), idle)
+
+
+def fit_on_report(report: BenchReport, workload: BenchConfig, idle: SimProfile) -> SimProfile:
+    """`fit_on_run` on a report already loaded (e.g. several runs pooled)."""
     return fit_host_contention(
         idle,
         LAYOUTS["1p1d"],

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.pool import pool_runs
-from pdserve.bench.rounds import round_speed_sigma
-from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.profile import SimProfile
-from tests.unit.sim.test_against_measurements import (
-    LAYOUTS,
-    _ratio,
-    _report,
-    assert_outside_by_fit,
+from tests.unit.sim.test_against_measurements import _ratio, _report, assert_outside_by_fit
+from tests.unit.sim.test_local_intake import (
+    FIT_X_INTAKE,
+    FIXTURES,
+    LONG_P50,
+    assert_same_fit,
+    fit_on_report,
 )
-from tests.unit.sim.test_local_intake import FIT_X_INTAKE, FIXTURES, LONG_P50, assert_same_fit
 from tests.unit.sim.test_run_an import BOTH_FIT, IDLE_AN
 
 PILOTS = ("mixed-3way-600-run-an-pilot.json", "mixed-3way-600-run-an-pilot2.json",
@@ -41,15 +40,7 @@ def test_the_named_primary_is_the_fit_on_the_three_pilots_pooled() -> None:
     pooled = pool_runs([_report(name)[0] for name in PILOTS])
     assert pooled.config["rounds"] == 6
     workload = BenchConfig.model_validate({**pooled.config, "deployments": (), "json_path": None})
-    fitted = fit_host_contention(
-        SimProfile.load(IDLE_AN),
-        LAYOUTS["1p1d"],
-        workload,
-        pooled.policies["1p1d"],
-        host_cores=2,
-        round_speed_sigma=round_speed_sigma(pooled.policies.values()),
-        local_lengths=(LAYOUTS["aggregated"], pooled.policies["aggregated"]),
-    )
+    fitted = fit_on_report(pooled, workload, SimProfile.load(IDLE_AN))
     assert_same_fit(fitted, SimProfile.load(THREE_FIT))
 
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.models import PhaseOutcome, RequestResult
-from pdserve.bench.report import BenchReport, PolicyReport, RequestRecord, build_policy_report
+from pdserve.bench.models import PhaseOutcome
+from pdserve.bench.report import BenchReport, PolicyReport, build_policy_report, request_result
 
 RUN_ONLY_OPTIONS = ("seed", "rounds", "json_path")
 """Bench options that may differ between pooled runs: each run's own draw, round count and
@@ -22,7 +22,7 @@ file. Every other option (the workload, the deployments) must be the same."""
 def pool_runs(reports: Sequence[BenchReport]) -> BenchReport:
     """One report of `reports` in order: per deployment, the requests of every run's rounds
     (round indices offset so they stay apart), the metrics, classes and stages rebuilt from
-    them as the bench builds them, the wall time summed. The config is the first run's with
+    them as the bench builds them, the wall time summed, no ratios. The config is the first run's with
     `rounds` the total (its `seed` is the first run's: a simulation of the pooled run draws the
     workload from it). Raises ValueError when the runs differ in an option other than
     RUN_ONLY_OPTIONS, measured different deployments, did not keep their requests, were
@@ -40,7 +40,7 @@ def pool_runs(reports: Sequence[BenchReport]) -> BenchReport:
         name: _pool_policy([r.policies[name] for r in reports], name, cfg)
         for name in first.policies
     }
-    rounds = sum(_rounds(r) for r in reports)
+    rounds = max(p.num_phases for p in policies.values())
     return first.model_copy(
         update={
             "config": {**first.config, "rounds": rounds},
@@ -54,9 +54,9 @@ def pool_runs(reports: Sequence[BenchReport]) -> BenchReport:
 def _check_same(reports: Sequence[BenchReport]) -> None:
     first = reports[0]
     shared = _shared_options(first.config)
+    if any(r.interrupted for r in reports):
+        raise ValueError("an interrupted run cannot be pooled")
     for i, r in enumerate(reports[1:], start=2):
-        if r.interrupted or first.interrupted:
-            raise ValueError("an interrupted run cannot be pooled")
         other = _shared_options(r.config)
         differ = sorted(k for k in shared.keys() | other.keys() if shared.get(k) != other.get(k))
         if differ:
@@ -81,12 +81,6 @@ def _shared_options(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in RUN_ONLY_OPTIONS}
 
 
-def _rounds(report: BenchReport) -> int:
-    return 1 + max(
-        (q.round_index for p in report.policies.values() for q in p.requests or ()), default=0
-    )
-
-
 def _pool_policy(runs: Sequence[PolicyReport], name: str, cfg: BenchConfig) -> PolicyReport:
     """The deployment's requests of every run as phases of one run. A run's wall time is split
     evenly over its rounds (the reports keep only its total, and only the total counts)."""
@@ -96,25 +90,9 @@ def _pool_policy(runs: Sequence[PolicyReport], name: str, cfg: BenchConfig) -> P
         records = run.requests or []
         rounds = 1 + max(q.round_index for q in records)
         for k in range(rounds):
-            results = tuple(_result(i, q) for i, q in enumerate(records) if q.round_index == k)
+            results = tuple(
+                request_result(i, q) for i, q in enumerate(records) if q.round_index == k
+            )
             phases.append(PhaseOutcome(name, offset + k, results, run.wall_s / rounds))
         offset += rounds
     return build_policy_report(phases, cfg)
-
-
-def _result(index: int, q: RequestRecord) -> RequestResult:
-    """A kept request back as the bench measured it (its text was not kept)."""
-    return RequestResult(
-        index=index,
-        request_class=q.request_class,
-        start_s=q.start_s,
-        e2e_s=q.e2e_s,
-        ttft_s=q.ttft_s,
-        chunk_gaps_s=tuple(q.chunk_gaps_s),
-        prompt_tokens=q.prompt_tokens,
-        completion_tokens=q.completion_tokens,
-        cached_tokens=q.cached_tokens,
-        text="",
-        error=q.error,
-        stages=tuple(q.stages.items()),
-    )

@@ -397,6 +397,25 @@ def request_record(round_index: int, r: RequestResult) -> RequestRecord:
     )
 
 
+def request_result(index: int, q: RequestRecord) -> RequestResult:
+    """A kept request back as the bench measured it (its text was not kept): the inverse of
+    `request_record`, to rebuild a report's metrics from its kept requests (bench.pool)."""
+    return RequestResult(
+        index=index,
+        request_class=q.request_class,
+        start_s=q.start_s,
+        e2e_s=q.e2e_s,
+        ttft_s=q.ttft_s,
+        chunk_gaps_s=tuple(q.chunk_gaps_s),
+        prompt_tokens=q.prompt_tokens,
+        completion_tokens=q.completion_tokens,
+        cached_tokens=q.cached_tokens,
+        text="",
+        error=q.error,
+        stages=tuple(q.stages.items()),
+    )
+
+
 def compute_ratios(policies: dict[str, PolicyReport]) -> dict[str, dict[str, Any]]:
     """`{"B/A": {...}}` for every policy B after the first one A (dict order)."""
     names = list(policies)

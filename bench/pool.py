@@ -22,9 +22,9 @@ file. Every other option (the workload, the deployments) must be the same."""
 def pool_runs(reports: Sequence[BenchReport]) -> BenchReport:
     """One report of `reports` in order: per deployment, the requests of every run's rounds
     (round indices offset so they stay apart), the metrics, classes and stages rebuilt from
-    them as the bench builds them, the wall time summed, no ratios. The config is the first run's with
-    `rounds` the total (its `seed` is the first run's: a simulation of the pooled run draws the
-    workload from it). Raises ValueError when the runs differ in an option other than
+    them as the bench builds them, the wall time summed, no ratios. The config is the first
+    run's with `rounds` the total (its `seed` is the first run's: a simulation of the pooled run
+    draws the workload from it). Raises ValueError when the runs differ in an option other than
     RUN_ONLY_OPTIONS, measured different deployments, did not keep their requests, were
     interrupted, or are agent runs (their per-step records are not kept per request)."""
     if not reports:

@@ -25,7 +25,7 @@ from pdserve.bench.rounds import round_speed_sigma
 from pdserve.bench.stats import sig3
 from pdserve.bench.trace import TraceRecord, load_trace
 from pdserve.config import ConfigError, load_config
-from pdserve.sim.bounds import within
+from pdserve.sim.bounds import P50_TOLERANCE, P99_TOLERANCE, within
 from pdserve.sim.carry import carry_load, serving_speed_ratio
 from pdserve.sim.fit import fit_host_contention
 from pdserve.sim.fit_engine import idle_steps_slower_than_run
@@ -237,7 +237,7 @@ def report_pilot_check(check: PilotCheck, run: str, fitted: SimProfile, console:
     if not check.misses:
         console.print(
             f"the fit holds all {check.cells} TTFT/ITL cells of the pilot itself (p50 within "
-            "15 %, p99 within 30 %)"
+            f"{P50_TOLERANCE:.0%}, p99 within {P99_TOLERANCE:.0%})"
         )
         return
     stalls = (
@@ -250,7 +250,7 @@ def report_pilot_check(check: PilotCheck, run: str, fitted: SimProfile, console:
         f"[yellow]warning:[/yellow] the fit misses {len(check.misses)} of {check.cells} "
         f"TTFT/ITL cells of the pilot it was fitted on ({run}){stalls}: the simulator does not "
         "reproduce the pilot in these cells. Whether such misses foretell misses on the next "
-        "run is not established (bench/RESULTS.md, runs AM and AN)"
+        "run is not established (bench/RESULTS.md, runs AM to AO)"
     )
     for row in check.misses:
         console.print(

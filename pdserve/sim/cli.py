@@ -250,7 +250,7 @@ def report_pilot_check(check: PilotCheck, run: str, fitted: SimProfile, console:
         f"[yellow]warning:[/yellow] the fit misses {len(check.misses)} of {check.cells} "
         f"TTFT/ITL cells of the pilot it was fitted on ({run}){stalls}: the simulator does not "
         "reproduce the pilot in these cells. Whether such misses foretell misses on the next "
-        "run is not established (bench/RESULTS.md, runs AM to AO)"
+        "run is not established (bench/RESULTS.md, runs AM to AP)"
     )
     for row in check.misses:
         console.print(

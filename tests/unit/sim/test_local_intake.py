@@ -7,10 +7,12 @@ aggregated engines' long prompts' hops to the measured ones."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import pytest
 
 from pdserve.bench.config import BenchConfig
+from pdserve.bench.pool import pool_runs
 from pdserve.bench.report import BenchReport
 from pdserve.bench.rounds import round_speed_sigma
 from pdserve.sim.fit import fit_host_contention
@@ -60,6 +62,14 @@ def fit_on_report(report: BenchReport, workload: BenchConfig, idle: SimProfile) 
         round_speed_sigma=round_speed_sigma(report.policies.values()),
         local_lengths=(LAYOUTS["aggregated"], report.policies["aggregated"]),
     )
+
+
+def fit_on_pooled(runs: Sequence[str], idle: SimProfile) -> tuple[SimProfile, int]:
+    """`idle` fitted on the recorded `runs` pooled into one, as `tune --fit-on A --fit-on B`
+    pools and fits them; with the pooled run's round count."""
+    pooled = pool_runs([_report(name)[0] for name in runs])
+    workload = BenchConfig.model_validate({**pooled.config, "deployments": (), "json_path": None})
+    return fit_on_report(pooled, workload, idle), pooled.config["rounds"]
 
 
 @functools.cache

@@ -6,16 +6,14 @@ of its own pilot), run AN's two pilots pooled 18, run X's fit 7 (every miss too 
 
 from __future__ import annotations
 
-from pdserve.bench.config import BenchConfig
-from pdserve.bench.pool import pool_runs
 from pdserve.sim.profile import SimProfile
-from tests.unit.sim.test_against_measurements import _ratio, _report, assert_outside_by_fit
+from tests.unit.sim.test_against_measurements import _ratio, assert_outside_by_fit
 from tests.unit.sim.test_local_intake import (
     FIT_X_INTAKE,
     FIXTURES,
     LONG_P50,
     assert_same_fit,
-    fit_on_report,
+    fit_on_pooled,
 )
 from tests.unit.sim.test_run_an import BOTH_FIT, IDLE_AN
 
@@ -37,10 +35,8 @@ OUTSIDE_AO = {
 
 
 def test_the_named_primary_is_the_fit_on_the_three_pilots_pooled() -> None:
-    pooled = pool_runs([_report(name)[0] for name in PILOTS])
-    assert pooled.config["rounds"] == 6
-    workload = BenchConfig.model_validate({**pooled.config, "deployments": (), "json_path": None})
-    fitted = fit_on_report(pooled, workload, SimProfile.load(IDLE_AN))
+    fitted, rounds = fit_on_pooled(PILOTS, SimProfile.load(IDLE_AN))
+    assert rounds == 6
     assert_same_fit(fitted, SimProfile.load(THREE_FIT))
 
 

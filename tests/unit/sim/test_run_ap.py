@@ -8,16 +8,14 @@ AP's profile; the first new pilot alone held 17 (2P1D's short TTFT p99 too high)
 
 from __future__ import annotations
 
-from pdserve.bench.config import BenchConfig
-from pdserve.bench.pool import pool_runs
 from pdserve.sim.profile import SimProfile
-from tests.unit.sim.test_against_measurements import _ratio, _report, assert_outside_by_fit
+from tests.unit.sim.test_against_measurements import _ratio, assert_outside_by_fit
 from tests.unit.sim.test_local_intake import (
     FIT_X_INTAKE,
     FIXTURES,
     LONG_P50,
     assert_same_fit,
-    fit_on_report,
+    fit_on_pooled,
 )
 from tests.unit.sim.test_run_ao import PILOTS as AO_PILOTS
 from tests.unit.sim.test_run_ao import THREE_FIT
@@ -48,10 +46,8 @@ OUTSIDE_AP = {
 
 
 def test_the_named_primary_is_the_fit_on_every_pilot_pooled() -> None:
-    pooled = pool_runs([_report(name)[0] for name in (*AO_PILOTS, *NEW_PILOTS)])
-    assert pooled.config["rounds"] == 10
-    workload = BenchConfig.model_validate({**pooled.config, "deployments": (), "json_path": None})
-    fitted = fit_on_report(pooled, workload, SimProfile.load(IDLE_AP))
+    fitted, rounds = fit_on_pooled((*AO_PILOTS, *NEW_PILOTS), SimProfile.load(IDLE_AP))
+    assert rounds == 10
     assert_same_fit(fitted, SimProfile.load(FIVE_FIT))
 
 

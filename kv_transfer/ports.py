@@ -8,8 +8,10 @@ import socket
 def pick_free_port(base_port: int, host: str = "127.0.0.1", num_tries: int = 200) -> int:
     """The first port >= base_port that nothing listens on now.
 
-    Racy by nature (another process may take it before the engine binds), so replicas on one
-    node call it under distinct bases or retry engine start on a bind error.
+    Racy by nature: another process may take it before the engine binds it. Replicas on one
+    node call it under distinct bases (base + a hash of the replica id), and an engine whose
+    bind failed (vLLM then waits forever) is ended by its pool's start deadline
+    (pdserve.engine.start_deadline) so that Ray Serve starts a new replica.
     """
     for port in range(base_port, base_port + num_tries):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -242,6 +242,19 @@ class PoolConfig(StrictModel):
             "it; keep it above your longest stream."
         ),
     )
+    engine_start_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "A replica's engine must be ready (weights loaded, KV cache allocated, warm-up "
+            "done) this long after it starts, else the replica kills its engine processes "
+            "and fails, and Ray Serve starts a new replica. It ends starts that would hang "
+            "for good (e.g. a NIXL side-channel port taken before the engine bound it). "
+            "Keep it well above your slowest healthy start (the model's load time, plus "
+            "compilation and warm-up). None: 240 s on platform cpu (the demo model starts "
+            "in 30-160 s), 1200 s on gpu."
+        ),
+    )
     unresponsive_after_seconds: float = Field(
         default=30.0,
         gt=0,
@@ -255,6 +268,12 @@ class PoolConfig(StrictModel):
         ),
     )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="vLLM settings.")
+
+    def engine_start_timeout_s(self, platform: str) -> float:
+        """The engine's start deadline on `platform` (see engine_start_timeout_seconds)."""
+        if self.engine_start_timeout_seconds is not None:
+            return self.engine_start_timeout_seconds
+        return 240.0 if platform == "cpu" else 1200.0
 
 
 class KVTransferConfig(StrictModel):

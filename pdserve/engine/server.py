@@ -24,6 +24,7 @@ from pdserve.engine.args import engine_args
 from pdserve.engine.liveness import EngineLiveness
 from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.pinning import pin_engine_threads
+from pdserve.engine.start_deadline import EngineStartTimeoutError, StartDeadline
 from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
 from pdserve.engine.warmup import warm_up
 from pdserve.kv_transfer.connector_config import (
@@ -95,21 +96,19 @@ def _thread_ids(procs: list[psutil.Process]) -> list[int]:
 
 
 def _gcs_address() -> str:
-    try:
-        import ray
+    import ray
 
-        return str(ray.get_runtime_context().gcs_address)
-    except Exception:  # not inside Ray
+    if not ray.is_initialized():  # not inside Ray (asking would connect to a cluster)
         return ""
+    return str(ray.get_runtime_context().gcs_address)
 
 
 def _node_ip() -> str:
-    try:
-        import ray
+    import ray
 
-        return str(ray.util.get_node_ip_address())
-    except Exception:  # not inside Ray (e.g. a unit test): one machine
+    if not ray.is_initialized():  # not inside Ray (e.g. a test's lone engine): one machine
         return "127.0.0.1"
+    return str(ray.util.get_node_ip_address())
 
 
 def engine_times(output: Any) -> EngineTimes | None:
@@ -160,7 +159,9 @@ class EngineServer:
         )
 
     async def start(self) -> None:
-        """Start the engine and wait until it can serve."""
+        """Start the engine and wait until it can serve: within the pool's
+        engine_start_timeout_seconds (warm-up included), else its processes are killed and
+        EngineStartTimeoutError is raised (see pdserve.engine.start_deadline)."""
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -174,17 +175,59 @@ class EngineServer:
             from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
 
             loggers.append(RayPrometheusStatLogger)
-        before = {p.pid for p in psutil.Process().children(recursive=True)}
-        self._engine = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
-        self._engine_procs = [
-            p for p in psutil.Process().children(recursive=True) if p.pid not in before
-        ]
+        timeout_s = pool.engine_start_timeout_s(self._config.platform)
+        started_s = time.monotonic()
+        me = psutil.Process()
+        before = {p.pid for p in me.children(recursive=True)}
+
+        def new_processes() -> list[psutil.Process]:
+            return [p for p in me.children(recursive=True) if p.pid not in before]
+
+        deadline = StartDeadline(timeout_s, new_processes)
+        with deadline:
+            try:
+                self._engine = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
+            except Exception as exc:
+                if deadline.fired:
+                    raise self._start_timed_out(deadline) from exc
+                raise
+            in_time = deadline.disarm()
+        self._engine_procs = new_processes()
+        if not in_time:  # it fired as the engine came up: its processes are gone
+            self._abandon()
+            raise self._start_timed_out(deadline)
         if self._cores:  # None or empty: the OS places the engine
             moved = pin_engine_threads(_thread_ids(self._engine_procs), set(self._cores))
             log.info("%s engine: %d threads pinned to cores %s", self.role, moved, self._cores)
         self._liveness.answered()
         self._watchdog = asyncio.get_running_loop().create_task(self._watch())
-        await self._warm_up()
+        left_s = timeout_s - (time.monotonic() - started_s)
+        try:
+            await asyncio.wait_for(self._warm_up(), timeout=max(left_s, 0.0))
+        except TimeoutError:
+            deadline.expire()
+            self._abandon()
+            raise self._start_timed_out(deadline) from None
+
+    def _start_timed_out(self, deadline: StartDeadline) -> EngineStartTimeoutError:
+        msg = (
+            f"the {self.role} engine was not ready within its start deadline "
+            f"({deadline.timeout_s:g} s, engine_start_timeout_seconds); killed its "
+            f"processes {deadline.killed_pids} (Ray Serve starts a new replica)"
+        )
+        log.error(msg)
+        return EngineStartTimeoutError(msg)
+
+    def _abandon(self) -> None:
+        """After a failed start: stop the watchdog, kill what the engine started, drop it."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self._kill_engine_processes()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            with contextlib.suppress(Exception):
+                engine.shutdown()
 
     async def _warm_up(self) -> None:
         """Before the replica reports ready: the pool's warm-up (pdserve.engine.warmup), so

@@ -35,14 +35,17 @@ typecheck: install-dev
 	bash scripts/typecheck.sh $(VENV)
 
 unit: install-dev
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit -q -n auto --maxprocesses=4
 
 integration: install-dev
 	$(PY) -m pytest tests/integration -q
 
-## The whole suite: lint, types, unit + chart tests, then the real cluster tests.
+## The whole suite: lint, types, the unit, chart and packaging tests (pure: one worker per
+## core, at most 4), then the real cluster tests (one at a time: they time real engines).
 test: lint typecheck
-	$(PY) -m pytest tests -q -ra -p no:cacheprovider --durations=15
+	$(PY) -m pytest tests/unit tests/chart tests/packaging -q -ra -p no:cacheprovider \
+		-n auto --maxprocesses=4 --durations=10
+	$(PY) -m pytest tests/integration -q -ra -p no:cacheprovider --durations=15
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mypy_tree

@@ -322,7 +322,10 @@ def _router(
 def _invoke(monkeypatch: pytest.MonkeyPatch, transport: httpx.MockTransport, *args: str) -> Any:
     real = profile_cli.Profiler
     monkeypatch.setattr(profile_cli, "Profiler", lambda *a, **k: real(*a, **k, transport=transport))
-    return CliRunner().invoke(app, ["profile", "--url", "http://r.test", *args])
+    # Wide enough that no path in a message wraps (pytest-xdist's tmp paths are long).
+    return CliRunner().invoke(
+        app, ["profile", "--url", "http://r.test", *args], env={"COLUMNS": "1000"}
+    )
 
 
 def test_profile_writes_a_validated_config_and_json(

@@ -98,7 +98,7 @@ class _ProgressLines:
                 elapsed_s = time.monotonic() - self._t0_s
                 self._emit(
                     f"[{elapsed_s:5.0f} s] {r.name}: {r.status} "
-                    f"{r.num_running}/{r.num_target} {r.message[:160]}".rstrip()
+                    f"{r.num_running}/{r.num_target} {r.message[:400]}".rstrip()
                 )
 
 

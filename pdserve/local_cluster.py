@@ -148,9 +148,12 @@ def deploy(
                 "/tmp/ray/session_latest/logs/serve"
             )
         worker.join(timeout=1.0)
-    on_progress(_progress(config.app_name))
+    rows = _progress(config.app_name)
+    on_progress(rows)
     if failure:
-        raise ClusterError(f"deploying {config.app_name} failed: {failure[0]}")
+        raise ClusterError(
+            f"deploying {config.app_name} failed: {failure[0]} ({describe_progress(rows)})"
+        )
 
 
 def unplaceable(config: PdserveConfig, gcs_address: str) -> list[str]:
@@ -191,9 +194,23 @@ def describe_progress(rows: Sequence[DeploymentProgress]) -> str:
         return "no deployment reported yet"
     return "; ".join(
         f"{r.name}: {r.status} {r.num_running}/{r.num_target}"
-        + (f" ({r.message[:200]})" if r.message else "")
+        + (f" ({r.message[:400]})" if r.message else "")
         for r in rows
     )
+
+
+def summarize_status_message(message: str) -> str:
+    """One line for a deployment's Serve status message. Serve's message for a replica that
+    failed to start is a sentence ending in "Error:" followed by the traceback; the line kept
+    is the exception (the traceback's last line, e.g. the engine's start deadline) and then
+    that sentence, so a cut line still names the cause."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if first.endswith("Error:") and len(lines) > 1:
+        return f"{lines[-1]} ({first.removesuffix('Error:').strip()})"
+    return first
 
 
 def _progress(app_name: str) -> list[DeploymentProgress]:
@@ -215,7 +232,7 @@ def _progress(app_name: str) -> list[DeploymentProgress]:
                 status=str(getattr(dep.status, "value", dep.status)),
                 num_running=int(counts.get("RUNNING", 0)),
                 num_target=int(sum(counts.values())),
-                message=(dep.message or "").strip().splitlines()[0] if dep.message else "",
+                message=summarize_status_message(dep.message or ""),
             )
         )
     return rows

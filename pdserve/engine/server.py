@@ -213,7 +213,8 @@ class EngineServer:
         msg = (
             f"the {self.role} engine was not ready within its start deadline "
             f"({deadline.timeout_s:g} s, engine_start_timeout_seconds); killed its "
-            f"processes {deadline.killed_pids} (Ray Serve starts a new replica)"
+            f"processes {deadline.killed_pids}; the replica fails (Ray Serve replaces it, "
+            "up to its retry limit)"
         )
         log.error(msg)
         return EngineStartTimeoutError(msg)

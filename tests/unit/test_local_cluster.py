@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from pdserve import cluster_procs, ray_node
+from pdserve import cluster_procs, local_cluster, ray_node
 from pdserve.cluster_procs import Scope
 
 PORT = 6390
@@ -188,3 +188,22 @@ def test_down_on_one_node_stops_only_that_nodes_engines() -> None:
     assert cluster_procs.is_own_engine(on_worker, Scope(PORT, WORKER, is_head=False))
     assert not cluster_procs.is_own_engine(on_worker, Scope(PORT, HEAD))
     assert cluster_procs.is_own_engine(on_worker, Scope(PORT))
+
+
+def test_a_failed_start_s_status_message_keeps_the_exception_first() -> None:
+    message = (
+        "The deployment failed to start 3 times in a row. See controller logs for details. "
+        'Error:\nTraceback (most recent call last):\n  File "replica.py", line 42, in init\n'
+        "    await self._server.start()\n"
+        "pdserve.engine.start_deadline.EngineStartTimeoutError: the decode engine was not "
+        "ready within its start deadline (5 s, engine_start_timeout_seconds)\n"
+    )
+    summary = local_cluster.summarize_status_message(message)
+    assert summary.startswith("pdserve.engine.start_deadline.EngineStartTimeoutError: the decode")
+    assert summary.endswith("(The deployment failed to start 3 times in a row. See controller "
+                            "logs for details.)")  # fmt: skip
+    assert "Traceback" not in summary
+    # Any other message: its first line.
+    slow = "Deployment 'X' has 1 replicas that have taken more than 30s to initialize.\nmore"
+    assert local_cluster.summarize_status_message(slow) == slow.splitlines()[0]
+    assert local_cluster.summarize_status_message("  \n") == ""

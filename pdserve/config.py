@@ -248,8 +248,9 @@ class PoolConfig(StrictModel):
         description=(
             "A replica's engine must be ready (weights loaded, KV cache allocated, warm-up "
             "done) this long after it starts, else the replica kills its engine processes "
-            "and fails, and Ray Serve starts a new replica. It ends starts that would hang "
-            "for good (e.g. a NIXL side-channel port taken before the engine bound it). "
+            "and fails, and Ray Serve starts a new one (up to its retry limit). It ends "
+            "starts that would hang for good (e.g. a NIXL side-channel port taken before the "
+            "engine bound it). "
             "Keep it well above your slowest healthy start (the model's load time, plus "
             "compilation and warm-up). None: 240 s on platform cpu (the demo model starts "
             "in 30-160 s), 1200 s on gpu."

@@ -9,7 +9,8 @@ holds its replica in Ray Serve's "initializing" state for good.
 `StartDeadline` arms a timer thread when the start begins. If the start has not finished
 when it fires, it SIGKILLs the processes the start created; the blocked call then fails
 (vLLM sees its engine-core process exit) and the replica's constructor raises
-`EngineStartTimeoutError`, so Ray Serve starts a fresh replica (new id, new ports).
+`EngineStartTimeoutError`, so Ray Serve starts a fresh replica (new id, new ports), up to
+its retry limit (then the deployment is DEPLOY_FAILED and `pdserve up` fails naming this error).
 """
 
 from __future__ import annotations

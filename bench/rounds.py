@@ -5,9 +5,8 @@
 rounds. On a shared machine the host's speed can move between rounds by more than sampling
 explains (bench/intervals.py gives the sampling part): the same deployment's TTFT p50 or
 TPOT p50 differing by 1.5x between its two rounds has been measured on this project's CPU
-VMs. A prediction is one number; when one round of a deployment is more than the bound away
-from the other in the ratio (1 + bound) / (1 - bound), no single number lies within the
-bound of both, so a miss on that cell says as much about the machine as about the model.
+VMs. `pdserve simulate --measured` shows each round's value beside the prediction, so a
+reader can tell the machine's drift between rounds from the model's error.
 """
 
 from __future__ import annotations
@@ -38,19 +37,6 @@ def round_values(
     values = [percentile(v, q) for _, v in sorted(by_round.items()) if v]
     present = tuple(v for v in values if v is not None)
     return present if len(present) >= 2 else None
-
-
-def one_value_holds_all(values: Sequence[float], tolerance: float) -> bool:
-    """Whether some single value lies within +-`tolerance` (relative) of every one of
-    `values`: max / min <= (1 + tolerance) / (1 - tolerance)."""
-    if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
-    if not values:
-        return True
-    low, high = min(values), max(values)
-    if low <= 0:
-        return high <= 0
-    return high / low <= (1 + tolerance) / (1 - tolerance)
 
 
 def spread(values: Sequence[float]) -> float | None:

@@ -19,6 +19,7 @@ from pdserve.config import PdserveConfig
 from pdserve.context.cli import context_app
 from pdserve.kv_transfer.fabric_check.cli import kv_check
 from pdserve.profiling.cli import profile
+from pdserve.sim.check_cli import sim_check
 from pdserve.sim.cli import simulate
 from pdserve.sim.tune_cli import tune
 from pdserve.top.cli import top
@@ -91,6 +92,8 @@ _COMMANDS: list[tuple[str, Callable[..., Any], str]] = [
      "Predict TTFT/ITL/goodput of deployments for a workload (simulator; no cluster)."),
     ("tune", tune,
      "Recommend aggregated or xPyD, chunk size and local-prefill threshold (simulator)."),
+    ("sim-check", sim_check,
+     "Bench layouts side by side; predicted vs measured ratios and recommended layout."),
     ("top", top,
      "Live terminal view of a running cluster: pools, latencies, KV transfer, routing."),
 ]  # fmt: skip

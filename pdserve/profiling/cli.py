@@ -163,8 +163,7 @@ def profile(
             raise typer.Exit(1) from exc
         console.print(f"samples and coefficients written to {json_path}")
     if sim_profile is not None:
-        cpu = cfg is not None and cfg.platform == "cpu"
-        _write_sim_profile(sim_profile, new, samples, url, console, cpu=cpu)
+        _write_sim_profile(sim_profile, new, samples, url, console)
     pooled_text = f" of {len(earlier) + 1} runs" if earlier else ""
     comment = (
         f"fitted by `pdserve profile` on {datetime.date.today().isoformat()}: "
@@ -183,11 +182,9 @@ def _write_sim_profile(
     samples: ProfileSamples,
     url: str,
     console: Console,
-    *,
-    cpu: bool,
 ) -> None:
-    """The simulator profile; on a CPU cluster (--config says platform cpu) it records this
-    machine's cores as the host the engines share with the serving layer."""
+    """The simulator profile of the idle cluster: its engines and serving layer (no
+    `cpu_host` block; a CPU machine's is fitted on a loaded run, `simulate --fit-host-on`)."""
     from pdserve.sim.fit import fit_sim_profile
 
     source = f"pdserve profile of {url} on {datetime.date.today().isoformat()}"
@@ -197,8 +194,6 @@ def _write_sim_profile(
         prof = fit_sim_profile(
             model, samples.serving, source=source, local_prefill=samples.local_prefill
         )
-        if cpu:
-            prof = prof.model_copy(update={"host_cores": len(os.sched_getaffinity(0))})
         path.write_text(prof.model_dump_json(indent=2) + "\n")
     except ValueError as exc:
         console.print(f"[red]cannot fit the simulator profile:[/red] {escape(str(exc))}")

@@ -13,6 +13,7 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import CLIENT_OVERHEAD, Metrics, PolicyReport, StageStats
 from pdserve.profiling.samples import LocalPrefillSample, ServingSample
 from pdserve.router.policy.cost_model import CostModel
+from pdserve.sim.cpu_host import CpuHost
 from pdserve.sim.fit_engine import (
     fit_engine_steps,
     fit_local_hop_load_factor,
@@ -34,35 +35,44 @@ def fit_sim_profile(
     source: str,
     local_prefill: Sequence[LocalPrefillSample] = (),
 ) -> SimProfile:
-    """The simulator profile: the fitted engine `cost_model`, plus, from the serving samples
-    of an idle cluster, the router's time before dispatch (median router_queue), one hop
-    (median of the prefill and decode round trips / 4), and the KV transfer as a line in the
-    prompt's tokens (least squares of the decode engine's KV wait, clamped at >= 0). The
-    transfer's per-token term replaces the cost model's kv_transfer_per_token_s. The
-    `local_prefill` samples (prompts prefilled on the decode engine) give the local path's
-    fixed cost and hop (the functions `local_prefill_fixed_s` and `local_hop_s`; None
-    without such samples).
+    """The simulator profile of an idle cluster: the fitted engine `cost_model`, plus, from
+    the serving samples, the router's time before dispatch and the KV transfer as lines in the
+    prompt's tokens (least squares of router_queue and of the decode engine's KV wait, each
+    clamped at >= 0: the median and no per-token term when the slope comes out negative), and
+    one hop (median of the prefill and decode round trips / 4). The transfer's per-token term
+    replaces the cost model's kv_transfer_per_token_s. The `local_prefill` samples (prompts
+    prefilled on the decode engine) give the local path's fixed cost and hop (None without
+    such samples). No `cpu_host` block: that is fitted on a loaded run (`fit_host_contention`).
     Raises ValueError with fewer than 2 samples or one prompt length only."""
     if len(serving) < 2 or len({s.num_prompt_tokens for s in serving}) < 2:
         raise ValueError(
             "need serving samples of at least two prompt lengths (remote prefills) to fit the "
             "KV transfer; is local_prefill_max_cold_tokens above every profiled length?"
         )
-    x = np.array([[1.0, s.num_prompt_tokens] for s in serving])
-    y = np.array([s.kv_wait_s for s in serving])
-    (fixed, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
-    if per_token < 0:
-        fixed, per_token = float(np.median(y)), 0.0
+    tokens = [s.num_prompt_tokens for s in serving]
+    kv_fixed_s, kv_per_token_s = _clamped_line(tokens, [s.kv_wait_s for s in serving])
+    router_s, router_per_token_s = _clamped_line(tokens, [s.router_s for s in serving])
     hops = [(s.prefill_hops_s + s.decode_hops_s) / 4 for s in serving]
     return SimProfile(
-        cost_model=cost_model.model_copy(update={"kv_transfer_per_token_s": float(per_token)}),
-        router_s=statistics.median(s.router_s for s in serving),
+        cost_model=cost_model.model_copy(update={"kv_transfer_per_token_s": kv_per_token_s}),
+        router_s=router_s,
+        router_per_token_s=router_per_token_s,
         hop_s=statistics.median(hops),
-        kv_transfer_fixed_s=max(0.0, float(fixed)),
+        kv_transfer_fixed_s=kv_fixed_s,
         local_prefill_fixed_s=local_prefill_fixed_s(cost_model, local_prefill),
         local_hop_s=local_hop_s(local_prefill),
         source=source,
     )
+
+
+def _clamped_line(x: Sequence[int], y: Sequence[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through (x, y), both >= 0: with a negative
+    slope, (median of y, 0)."""
+    design = np.array([[1.0, float(v)] for v in x])
+    (intercept, slope), *_ = np.linalg.lstsq(design, np.array(y), rcond=None)
+    if slope < 0:
+        return float(np.median(y)), 0.0
+    return max(0.0, float(intercept)), float(slope)
 
 
 def local_prefill_fixed_s(
@@ -119,38 +129,31 @@ def fit_host_contention(
     round_speed_sigma: float | None = None,
     local_lengths: tuple[SimLayout, PolicyReport] | None = None,
 ) -> SimProfile:
-    """`profile` with `host_cores`, the `host_contention` that makes one Ray Serve hop under
-    load as long as in a measured run (the run's median hop, (prefill_hops + decode_hops) p50 /
-    4 over its remote prefills, against the idle hop, divided by the mean fraction of host
-    cores the simulation finds busy at its hops), the `serving_jitter_sigma` and
-    `decode_jitter_sigma` of log-normals with the run's prefill_hops and decode_hops p90 /
-    p50, `client_s` from the run's client_overhead p50 (0 when the run did not record it) and
-    `client_jitter_sigma` from its p90 / p50 (the mean over the run's request classes). When
-    the run has request classes of different prompt lengths, the router's time
-    (router_queue) and the client's (client_overhead) are each fitted as a line in the
-    prompt's tokens through the classes' p50s (`router_s` + `router_per_token_s`, `client_s`
-    + `client_per_token_s`) instead. When the run's request classes tell the two paths apart
-    (a class with no prefill stage prefilled on its decode engine; one with it, remotely), the
-    decode path's spread is fitted per path: `decode_jitter_sigma` from the remote classes'
-    decode_hops, `local_jitter_sigma` from the local ones'. Before the contention,
-    `engine_step_extra_s` makes the simulated TPOT p50 the run's and `step_speed_sigma` its
-    TPOT p90 as near as the grid allows (`fit_engine_steps`; the busy cores the contention is
-    fitted against depend on them). With the spreads in, `prefill_step_factor` makes the
-    simulated prefill stage's p50 the run's (`fit_prefill_step_factor`). Last, with `stalls`,
-    the host's stalls (`host_stall_rate_per_s`, `host_stall_median_s`) that bring the
-    simulated streams closest to the run's (`_stalls`; without, the profile's are kept).
-    Then, with all of that in, the `local_prefill_load_factor` that makes the simulated first
-    step of the run's locally prefilled request classes the run's
-    (`fit_local_prefill_load_factor`), and the `local_hop_load_factor` that makes their
-    decode_hops the run's (`fit_local_hop_load_factor`). `round_speed_sigma` (the spread of
-    the run's rounds, bench.rounds.round_speed_sigma over all its deployments) is set first,
-    so the pooled simulations of the later steps run at the spread of speeds the measured
-    rounds did (None: the profile's is kept). `local_lengths`: a deployment of the same run
-    (layout, measured) whose local classes differ in prompt length, the aggregated one: after
-    the hop factor, the `local_intake_per_token_s` that makes its longest local class's
-    decode_hops the run's (`fit_local_intake_per_token`), then the hop factor again with it in
-    (None: the profile's intake is kept). Raises ValueError
-    when the run has no remote-prefill timeline (aggregated, or not pdserve)."""
+    """`profile` with a `cpu_host` block fitted on a measured run of this host, in order:
+    - `host_cores`; the run's router line (router_queue p50 through its request classes'
+      mean prompt tokens, when it has classes of different lengths; else the idle line is
+      kept) and the client's (client_overhead: its line, or its p50), and the client's
+      spread (`client_jitter_sigma`, p90 / p50, the mean over the classes);
+    - `round_speed_sigma` when given (the spread of the run's rounds, set first so the pooled
+      simulations below run at the spread of speeds the measured rounds did);
+    - `engine_step_extra_s` and `step_speed_sigma`, which make the simulated TPOT p50 and p90
+      the run's as near as the grid allows (`fit_engine_steps`);
+    - `host_contention`: one Ray Serve hop under load as long as the run's median hop
+      ((prefill_hops + decode_hops) p50 / 4) against the idle hop, divided by the mean
+      fraction of host cores the simulation finds busy at its hops; the hops' spreads from
+      their p90 / p50 (`decode_jitter_sigma` and `local_jitter_sigma` per path when the run's
+      classes tell local and remote prefills apart);
+    - `prefill_step_factor` (the prefill stage's p50), then with `stalls` the host's stalls
+      that bring the simulated streams closest to the run's (ITL p90, p99, TPOT p50), then
+      `local_prefill_load_factor` and `local_hop_load_factor` (the local classes' first step
+      and hops);
+    - with `local_lengths` (the same run's aggregated deployment: layout, measured), the
+      `local_intake_per_token_s` that gives its longest class's decode_hops, then the hop
+      factor again.
+    Raises ValueError when the run has no remote-prefill timeline (aggregated, or not
+    pdserve) or is a trace replay (fit on a mixed or synthetic run)."""
+    if workload.workload == "trace":
+        raise ValueError("fit the host on a mixed or synthetic run, not a trace replay")
     stages = measured.stages or {}
     pre, dec = stages.get("prefill_hops"), stages.get("decode_hops")
     if pre is None or dec is None or pre.p50_s is None or dec.p50_s is None:
@@ -158,26 +161,23 @@ def fit_host_contention(
     loaded_hop_s = (pre.p50_s + dec.p50_s) / 4
     client = stages.get(CLIENT_OVERHEAD)
     client_p50_s = client.p50_s if client is not None and client.p50_s is not None else 0.0
-    router = _line_by_prompt_tokens(measured, "router_queue") or (profile.router_s, 0.0)
+    router = _line_by_prompt_tokens(measured, "router_queue")
     client_s, client_per_token_s = _line_by_prompt_tokens(measured, CLIENT_OVERHEAD) or (
         client_p50_s,
         0.0,
     )
-    base = profile.model_copy(
-        update={
-            "host_cores": host_cores,
-            "host_contention": 0.0,
-            "router_s": router[0],
-            "router_per_token_s": router[1],
-            "client_s": client_s,
-            "client_per_token_s": client_per_token_s,
-        }
+    host = CpuHost(
+        host_cores=host_cores,
+        router_s=None if router is None else router[0],
+        router_per_token_s=0.0 if router is None else router[1],
+        client_s=client_s,
+        client_per_token_s=client_per_token_s,
+        round_speed_sigma=round_speed_sigma or 0.0,
     )
-    if round_speed_sigma is not None:
-        base = base.model_copy(update={"round_speed_sigma": round_speed_sigma})
+    base = profile.with_host(host)
     requests = workload_requests(workload, layout.engines[0].limits.block_size_tokens)
     extra_s, speed_sigma = fit_engine_steps(base, layout, workload, requests, measured)
-    base = base.model_copy(update={"engine_step_extra_s": extra_s, "step_speed_sigma": speed_sigma})
+    base = base.with_host_terms(engine_step_extra_s=extra_s, step_speed_sigma=speed_sigma)
     sim = Simulation(layout, base, concurrency=workload.concurrency)
     sim.run(requests)
     busy = statistics.fmean(sim.busy_samples) / host_cores if sim.busy_samples else 0.0
@@ -190,37 +190,34 @@ def fit_host_contention(
     if local is not None and remote is not None:
         decode_sigma = _lognormal_sigma(remote.p50_s or 0.0, remote.p90_s, HOPS_PER_STAGE)
         local_sigma = _lognormal_sigma(local.p50_s or 0.0, local.p90_s, HOPS_PER_STAGE)
-    fitted = base.model_copy(
-        update={
-            "client_jitter_sigma": _class_spread(measured, CLIENT_OVERHEAD),
-            "host_contention": contention,
-            "serving_jitter_sigma": sigma,
-            "decode_jitter_sigma": decode_sigma,
-            "local_jitter_sigma": local_sigma,
-            "source": f"{profile.source}; host contention fitted on {layout.name}",
-        }
-    )
+    fitted = base.with_host_terms(
+        client_jitter_sigma=_class_spread(measured, CLIENT_OVERHEAD),
+        host_contention=contention,
+        serving_jitter_sigma=sigma,
+        decode_jitter_sigma=decode_sigma,
+        local_jitter_sigma=local_sigma,
+    ).model_copy(update={"source": f"{profile.source}; CPU host fitted on {layout.name}"})
     # With the hops' spreads in: they decide which prompts of a burst reach the prefill
     # engine together and share its steps.
     factor = fit_prefill_step_factor(fitted, layout, workload, measured)
-    fitted = fitted.model_copy(update={"prefill_step_factor": factor})
+    fitted = fitted.with_host_terms(prefill_step_factor=factor)
     if stalls:
         rate_per_s, median_s = _stalls(fitted, layout, workload, measured)
-        fitted = fitted.model_copy(
-            update={"host_stall_rate_per_s": rate_per_s, "host_stall_median_s": median_s}
+        fitted = fitted.with_host_terms(
+            host_stall_rate_per_s=rate_per_s, host_stall_median_s=median_s
         )
     # Last, with everything a local prompt waits on in (the steps and stalls around it).
     load_factor = fit_local_prefill_load_factor(fitted, layout, workload, measured)
-    fitted = fitted.model_copy(update={"local_prefill_load_factor": load_factor})
+    fitted = fitted.with_host_terms(local_prefill_load_factor=load_factor)
     hop_factor = fit_local_hop_load_factor(fitted, layout, workload, measured)
-    fitted = fitted.model_copy(update={"local_hop_load_factor": hop_factor})
+    fitted = fitted.with_host_terms(local_hop_load_factor=hop_factor)
     if local_lengths is None:
         return fitted
     other_layout, other_measured = local_lengths
     per_token_s = fit_local_intake_per_token(fitted, other_layout, workload, other_measured)
-    fitted = fitted.model_copy(update={"local_intake_per_token_s": per_token_s})
+    fitted = fitted.with_host_terms(local_intake_per_token_s=per_token_s)
     hop_factor = fit_local_hop_load_factor(fitted, layout, workload, measured)
-    return fitted.model_copy(update={"local_hop_load_factor": hop_factor})
+    return fitted.with_host_terms(local_hop_load_factor=hop_factor)
 
 
 STALL_RATES_PER_S = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
@@ -239,16 +236,15 @@ def _stalls(
     (simulated / measured) of the ITL p90 and p99 and the TPOT p50 (`_stream_targets`), each
     simulation pooled over STALL_FIT_RUNS runs. (0, 0) when the run measured none of them.
     The streams, not the TTFT p99s: an ITL p99 stands on thousands of gaps, a request class's
-    TTFT p99 on its few slowest requests (fitting those too chose stalls that put the ITL p99
-    36-74 % over the measurement on two of the recorded runs)."""
+    TTFT p99 on its few slowest requests."""
     targets = _stream_targets(measured)
     if not targets:
         return 0.0, 0.0
     best: tuple[float, float, float] | None = None
     for rate_per_s in STALL_RATES_PER_S:
         for median_s in STALL_MEDIANS_S if rate_per_s > 0 else (0.0,):
-            trial = profile.model_copy(
-                update={"host_stall_rate_per_s": rate_per_s, "host_stall_median_s": median_s}
+            trial = profile.with_host_terms(
+                host_stall_rate_per_s=rate_per_s, host_stall_median_s=median_s
             )
             simulated = predict(layout.name, layout, trial, workload, runs=STALL_FIT_RUNS)
             error = log_error(simulated.metrics, targets)

@@ -26,9 +26,8 @@ simulated and the measured TPOT p50; on the recorded runs the result is within 5
 
 STEP_SPEED_SIGMAS = (0.0, 0.1, 0.2, 0.3)
 """The grid `fit_engine_steps` searches for `step_speed_sigma`. It stops at 0.3: a run's TPOT p90
-also carries what the model leaves out (batches that grow, stalls), and on the six recorded
-runs of bench/RESULTS.md the fit picks the grid's top; grids up to 0.5 and 0.6 kept 90 and 83
-of their 108 bounded cells in bound against this grid's 91."""
+also carries what the model leaves out (batches that grow, stalls), which a wider spread on
+every step would take in."""
 TPOT_TARGETS = ("tpot_p50_s", "tpot_p90_s")
 """The measured TPOT percentiles `fit_engine_steps` matches."""
 
@@ -46,14 +45,13 @@ def idle_steps_slower_than_run(
     spread, no stalls; the hops' terms, which do not time the steps, as they are), its TPOT
     p50 above the measured one by more than SLOW_PROFILE_TOLERANCE. An engine is not faster
     under load than idle, so the profile was taken while the host was slower than during the
-    run (busy, or a VM still settling: run P in bench/RESULTS.md), and the fit cannot take the
-    difference back (its step extra stops at 0). None otherwise, or when the run did not
-    measure TPOT."""
+    run (busy, or a VM still settling), and the fit cannot take the difference back (its
+    step extra stops at 0). None otherwise, or when the run did not measure TPOT."""
     target_s = measured.tpot_p50_s
     if target_s is None or target_s <= 0:
         return None
-    idle = profile.model_copy(
-        update={"engine_step_extra_s": 0.0, "step_speed_sigma": 0.0, "host_stall_rate_per_s": 0.0}
+    idle = profile.with_host_terms(
+        engine_step_extra_s=0.0, step_speed_sigma=0.0, host_stall_rate_per_s=0.0
     )
     requests = workload_requests(workload, layout.engines[0].limits.block_size_tokens)
     outcome = Simulation(layout, idle, concurrency=workload.concurrency).run(requests)
@@ -91,7 +89,7 @@ def fit_engine_steps(
         return 0.0, 0.0
     best: tuple[float, float, float] | None = None
     for sigma in STEP_SPEED_SIGMAS:
-        trial = profile.model_copy(update={"step_speed_sigma": sigma})
+        trial = profile.with_host_terms(step_speed_sigma=sigma)
         extra_s, simulated = _step_extra_s(trial, layout, workload, requests, measured)
         if simulated is None:
             continue
@@ -118,13 +116,13 @@ def _step_extra_s(
     if target_s is None:
         return extra_s, simulated
     for _ in range(STEP_EXTRA_ROUNDS):
-        trial = profile.model_copy(update={"engine_step_extra_s": extra_s})
+        trial = profile.with_host_terms(engine_step_extra_s=extra_s)
         outcome = Simulation(layout, trial, concurrency=workload.concurrency).run(requests)
         simulated = sim_metrics(outcome, workload)[0]
         if simulated.tpot_p50_s is None:
             return extra_s, None
         extra_s = max(0.0, extra_s + target_s - simulated.tpot_p50_s)
-    trial = profile.model_copy(update={"engine_step_extra_s": extra_s})
+    trial = profile.with_host_terms(engine_step_extra_s=extra_s)
     outcome = Simulation(layout, trial, concurrency=workload.concurrency).run(requests)
     return extra_s, sim_metrics(outcome, workload)[0]
 
@@ -132,12 +130,11 @@ def _step_extra_s(
 PREFILL_FACTOR_ROUNDS = 3
 """Simulations `fit_prefill_step_factor` corrects its factor with."""
 PREFILL_FACTOR_RUNS = 8
-"""Simulated runs pooled for each round of `fit_prefill_step_factor` (different jitter draws). The
-prefill stage's p50 of one simulated run stands on its hundred-odd remote prefills: fitted on
-one run, run R's factor moved between 1.49 and 1.80 with the simulation's seed; pooled over 8,
-between 1.64 and 1.68 (bench/RESULTS.md)."""
+"""Simulated runs pooled for each round of `fit_prefill_step_factor` (different draws). The
+prefill stage's p50 of one simulated run stands on its hundred-odd remote prefills, which
+move with the simulation's seed; a pool of 8 does not."""
 MAX_PREFILL_STEP_FACTOR = 4.0
-"""The most `fit_prefill_step_factor` returns (SimProfile.prefill_step_factor's bound)."""
+"""The most `fit_prefill_step_factor` returns (CpuHost.prefill_step_factor's bound)."""
 
 
 def fit_prefill_step_factor(
@@ -151,21 +148,18 @@ def fit_prefill_step_factor(
     profile's factor when the run or the simulation has no prefill stage.
 
     The factor slows only the prompt tokens' terms, not the stage's fixed costs, so three
-    ratio rounds need not reach an exact match when those costs are a large share. A secant
-    update, meant to reach it (tried 2026-12-04), chased the pooled p50's noise instead: run R's
-    factor came out 2.17 against 1.76, and over 15 runs' own fits it held 214 cells against
-    216, with other runs' fits 157 against 170."""
+    ratio rounds need not reach an exact match when those costs are a large share."""
     stage = (measured.stages or {}).get("prefill")
     target_s = stage.p50_s if stage is not None else None
-    factor = profile.prefill_step_factor
+    factor = profile.host.prefill_step_factor
     if target_s is None or target_s <= 0:
         return factor
     for _ in range(PREFILL_FACTOR_ROUNDS):
-        trial = profile.model_copy(update={"prefill_step_factor": factor})
+        trial = profile.with_host_terms(prefill_step_factor=factor)
         pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
         simulated = (pooled.metrics.stages or {}).get("prefill")
         if simulated is None or simulated.p50_s is None or simulated.p50_s <= 0:
-            return profile.prefill_step_factor
+            return profile.host.prefill_step_factor
         factor = min(MAX_PREFILL_STEP_FACTOR, max(1.0, factor * target_s / simulated.p50_s))
     return factor
 
@@ -173,7 +167,7 @@ def fit_prefill_step_factor(
 LOCAL_FACTOR_ROUNDS = 3
 """Simulations `fit_local_prefill_load_factor` corrects its factor with."""
 MAX_LOCAL_PREFILL_LOAD_FACTOR = 8.0
-"""The most `fit_local_prefill_load_factor` returns (SimProfile.local_prefill_load_factor's
+"""The most `fit_local_prefill_load_factor` returns (CpuHost.local_prefill_load_factor's
 bound)."""
 
 
@@ -186,13 +180,10 @@ def fit_local_prefill_load_factor(
     PREFILL_FACTOR_RUNS simulated runs. Each round moves the loaded fixed cost by measured -
     simulated (the step's other terms do not depend on it), kept within
     [1, MAX_LOCAL_PREFILL_LOAD_FACTOR] (not faster under load than idle). The profile's factor
-    when the run has no local class or the simulation no such stage.
-
-    Checked on the recorded runs T-AA (bench/RESULTS.md, "A local prompt's fixed cost under
-    load"): own fits held 122 of 144 cells against 119, carried fits 175 of 216 against 166."""
+    when the run has no local class or the simulation no such stage."""
     idle_s = profile.own_prompt_fixed_s()
     if idle_s <= 0:
-        return profile.local_prefill_load_factor
+        return profile.host.local_prefill_load_factor
     return _fit_local_factor(
         profile, layout, workload, measured,
         field="local_prefill_load_factor", stage="decode_first_token",
@@ -202,7 +193,7 @@ def fit_local_prefill_load_factor(
 
 
 MAX_LOCAL_HOP_LOAD_FACTOR = 8.0
-"""The most `fit_local_hop_load_factor` returns (SimProfile.local_hop_load_factor's bound)."""
+"""The most `fit_local_hop_load_factor` returns (CpuHost.local_hop_load_factor's bound)."""
 
 
 def fit_local_hop_load_factor(
@@ -213,13 +204,9 @@ def fit_local_hop_load_factor(
     decode_hops' p50, pooled over PREFILL_FACTOR_RUNS simulated runs. Each round scales the
     factor by measured / simulated, kept within [1, MAX_LOCAL_HOP_LOAD_FACTOR] (not faster
     under load than idle). The profile's factor when the run has no local class or the
-    simulation no such stage.
-
-    Checked on the recorded runs (bench/RESULTS.md, "A local request's hops under load"): own
-    fits on runs X-AD held 109 of 126 cells against 106; run X's fit on four-round pooled
-    measurements 105 of 108 against 97; carried from one run to the next, about even."""
+    simulation no such stage."""
     if profile.loaded_local_hop_s() <= 0:
-        return profile.local_hop_load_factor
+        return profile.host.local_hop_load_factor
     return _fit_local_factor(
         profile, layout, workload, measured,
         field="local_hop_load_factor", stage="decode_hops", upper=MAX_LOCAL_HOP_LOAD_FACTOR,
@@ -245,14 +232,14 @@ def _fit_local_factor(
     measured one: LOCAL_FACTOR_ROUNDS rounds of `next_factor(factor, measured, simulated)`,
     each kept within [1, `upper`]. The profile's factor when the run has no local class with
     that stage, the simulation lacks it, or `next_factor` gives None."""
-    kept: float = getattr(profile, field)
+    kept: float = getattr(profile.host, field)
     classes = _local_classes(measured, stage)
     if not classes:
         return kept
     target_s = statistics.fmean(_stage_p50_s(measured.classes or {}, classes, stage))
     factor = kept
     for _ in range(LOCAL_FACTOR_ROUNDS):
-        trial = profile.model_copy(update={field: factor})
+        trial = profile.with_host_terms(**{field: factor})
         pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
         simulated = _stage_p50_s(pooled.classes, classes, stage)
         if len(simulated) < len(classes):
@@ -288,7 +275,7 @@ def _stage_p50_s(classes: Mapping[str, Metrics], names: Sequence[str], stage: st
 
 
 MAX_LOCAL_INTAKE_PER_TOKEN_S = 0.001
-"""The most `fit_local_intake_per_token` returns (SimProfile.local_intake_per_token_s's bound)."""
+"""The most `fit_local_intake_per_token` returns (CpuHost.local_intake_per_token_s's bound)."""
 
 
 def fit_local_intake_per_token(
@@ -300,11 +287,8 @@ def fit_local_intake_per_token(
     one prefills every class itself). Each of LOCAL_FACTOR_ROUNDS rounds adds (measured -
     simulated) / the class's prompt tokens, kept within [0, MAX_LOCAL_INTAKE_PER_TOKEN_S]
     (pooled over PREFILL_FACTOR_RUNS simulated runs). The profile's value when the run has
-    fewer than two local classes of different lengths or the simulation lacks the stage.
-
-    Checked on the recorded runs (bench/RESULTS.md, "A local prompt's intake at its
-    replica")."""
-    kept = profile.local_intake_per_token_s
+    fewer than two local classes of different lengths or the simulation lacks the stage."""
+    kept = profile.host.local_intake_per_token_s
     lengths = {
         name: m.prompt_tokens_mean
         for name in _local_classes(measured, "decode_hops")
@@ -316,7 +300,7 @@ def fit_local_intake_per_token(
     [target_s] = _stage_p50_s(measured.classes or {}, [longest], "decode_hops")
     per_token_s = kept
     for _ in range(LOCAL_FACTOR_ROUNDS):
-        trial = profile.model_copy(update={"local_intake_per_token_s": per_token_s})
+        trial = profile.with_host_terms(local_intake_per_token_s=per_token_s)
         pooled = predict(layout.name, layout, trial, workload, runs=PREFILL_FACTOR_RUNS)
         simulated = _stage_p50_s(pooled.classes, [longest], "decode_hops")
         if not simulated:

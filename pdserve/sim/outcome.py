@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pdserve.router.policy.types import Decision
+from pdserve.sim.engine import Seq
 from pdserve.sim.workload import SimRequest
 
 
@@ -38,3 +39,24 @@ class SimOutcome:
 
     results: list[SimResult] = field(default_factory=list)
     wall_s: float = 0.0
+
+
+def decode_stages(result: SimResult, seq: Seq, first_s: float, last_s: float) -> None:
+    """Fill in `result`'s decode-side stages, given when its first and last chunk reached the
+    router: the decode engine's wait (for the KV, or in its queue), its work to the first
+    token, and the hops that remain of the window (the handoff's second half; the dispatch
+    hop of a local prefill), as the router records them from vLLM's timestamps."""
+    first_token_s = seq.token_times_s[0]
+    scheduled_s = seq.scheduled_s if seq.scheduled_s is not None else first_token_s
+    remote = result.decision is not None and result.decision.prefill_replica_id is not None
+    accepted_s = result.handoff_at_s + result.handoff_s if remote else seq.queued_s
+    accepted_s = scheduled_s if accepted_s is None else accepted_s
+    window_start_s = (
+        result.handoff_at_s + result.handoff_s / 2
+        if remote
+        else result.sent_s + result.stages["router_queue"]
+    )
+    result.stages["kv_transfer"] = scheduled_s - accepted_s
+    result.stages["decode_first_token"] = first_token_s - scheduled_s
+    result.stages["decode_hops"] = (first_s - window_start_s) - (first_token_s - accepted_s)
+    result.stages["decode"] = last_s - first_s

@@ -14,7 +14,7 @@ from pdserve.bench.rounds import round_values
 from pdserve.bench.stats import ratio
 from pdserve.bench.trace import TraceRecord
 from pdserve.router.timeline import STAGES
-from pdserve.sim.host_speed import run_speed_factors
+from pdserve.sim.host import run_speed_factors
 from pdserve.sim.layout import SimLayout
 from pdserve.sim.outcome import SimOutcome
 from pdserve.sim.profile import SimProfile
@@ -71,28 +71,28 @@ def predict(
     trace: Sequence[TraceRecord] = (),
     *,
     runs: int | None = None,
-    count_open_streams: bool = True,
 ) -> Prediction:
     """Simulate `cfg`'s workload (its concurrency cap included) on `layout`, `runs` times
-    with different jitter draws (seeds 0..runs-1), each at its own host speed
-    (`run_speed_factors` of the profile's `round_speed_sigma`: a measured run pools rounds
-    taken at different speeds), and pool the requests: a p99 of one 200-request run is
-    about its second-slowest request, as noisy as a measurement's.
-    `runs` None: `default_runs` for the workload's size. `count_open_streams` False: the
-    router of recorded runs made before 2026-12-03 (see `Simulation`)."""
+    with different draws of the host's spreads (seeds 0..runs-1), each at its own host speed
+    (`run_speed_factors` of the `cpu_host` block's `round_speed_sigma`: a measured run pools
+    rounds taken at different speeds), and pool the requests: a p99 of one 200-request run
+    is about its second-slowest request, as noisy as a measurement's. `runs` None:
+    `default_runs` for the workload's size, or 1 without a `cpu_host` block (every run would
+    be the same exact run)."""
     block = layout.engines[0].limits.block_size_tokens
     requests = workload_requests(cfg, block, trace)
-    runs = default_runs(len(requests)) if runs is None else runs
+    if runs is None:
+        # Without a cpu_host block every run is the same exact run: one is enough.
+        runs = default_runs(len(requests)) if profile.cpu_host is not None else 1
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
-    factors = run_speed_factors(profile.round_speed_sigma, runs)
+    factors = run_speed_factors(profile.host.round_speed_sigma, runs)
     outcomes = [
         Simulation(
             layout,
             profile,
             concurrency=cfg.concurrency,
             seed=seed,
-            count_open_streams=count_open_streams,
             speed_factor=factors[seed],
         ).run(requests)
         for seed in range(runs)
@@ -118,9 +118,7 @@ def default_runs(num_requests: int) -> int:
 @dataclass(frozen=True, slots=True)
 class ComparedRow:
     """One metric of one deployment (or one of its request classes): predicted, measured
-    and predicted / measured. `bounded` False: a TTFT over all requests of a report that has
-    request classes (a median of short and long prompts together falls between the two, so
-    the classes' rows are the ones to hold to a bound). `interval`: the measured value's 95 %
+    and predicted / measured. `interval`: the measured value's 95 %
     confidence interval from the run's requests (how precisely the run pins it, see
     pdserve.bench.intervals; None when the report kept no requests or the metric is not a
     percentile). `rounds`: the same percentile in each of the run's rounds, in order (None
@@ -132,7 +130,6 @@ class ComparedRow:
     field: str
     predicted: float | None
     measured: float | None
-    bounded: bool = True
     interval: tuple[float, float] | None = None
     rounds: tuple[float, ...] | None = None
 
@@ -201,7 +198,6 @@ def compare(predictions: Sequence[Prediction], measured: BenchReport) -> list[Co
                     f,
                     getattr(pm, f),
                     getattr(mm, f),
-                    bounded=not (scope == "all" and m.classes and f.startswith("ttft_")),
                     interval=measured_interval(m, None if scope == "all" else scope, f),
                     rounds=round_values(m, None if scope == "all" else scope, f),
                 )

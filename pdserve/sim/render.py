@@ -11,7 +11,6 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import StageStats
 from pdserve.bench.rounds import spread
 from pdserve.bench.stats import sig3
-from pdserve.sim.bounds import rounds_hold, within
 from pdserve.sim.predict import ComparedRow, Prediction, StageRow
 from pdserve.sim.profile import SimProfile
 
@@ -60,27 +59,19 @@ def stages_table(rows: list[StageRow]) -> Table:
 def compared_table(rows: list[ComparedRow]) -> Table:
     intervals = any(r.interval is not None for r in rows)
     rounds = any(r.rounds is not None for r in rows)
-    caption = (
-        "bound: TTFT and ITL p50 within 15 %, p99 within 30 % (TTFT per request class when the "
-        "run has classes)"
-    )
+    caption = "ratio = predicted / measured"
     if intervals:
         caption += (
             "; measured 95 %: the measured value's confidence interval from the run's requests "
-            "(sampling noise only, not the machine's drift between runs); 'OUT, in noise': "
-            "outside the bound, inside that interval"
+            "(sampling noise only, not the machine's drift between runs)"
         )
     if rounds:
-        caption += (
-            "; per round: the measured value of each of the run's rounds; 'rounds apart': "
-            "they are further apart than the bound allows, so no single prediction can be "
-            "within it of both"
-        )
-    table = Table(title="predicted vs measured (ratio = predicted / measured)", caption=caption)
+        caption += "; per round: the measured value in each of the run's rounds"
+    table = Table(title="predicted vs measured", caption=caption)
     columns = ["deployment", "requests", "metric", "predicted", "measured"]
     columns += ["measured 95 %"] if intervals else []
     columns += ["per round"] if rounds else []
-    for col in (*columns, "ratio", ""):
+    for col in (*columns, "ratio"):
         numeric = col in ("predicted", "measured", "measured 95 %", "per round", "ratio")
         table.add_column(col, justify="right" if numeric else "left")
     for r in rows:
@@ -89,44 +80,22 @@ def compared_table(rows: list[ComparedRow]) -> Table:
             cells.append("" if r.interval is None else "-".join(sig3(v) for v in r.interval))
         if rounds:
             cells.append("" if r.rounds is None else " / ".join(sig3(v) for v in r.rounds))
-        table.add_row(*cells, sig3(r.ratio), _mark(r))
+        table.add_row(*cells, sig3(r.ratio))
     return table
 
 
-def _mark(row: ComparedRow) -> str:
-    ok = within(row)
-    if ok is None:
-        return ""
-    notes = ["ok" if ok else "[red]OUT[/red]"]
-    if not ok and row.in_interval:
-        notes.append("in noise")
-    if rounds_hold(row) is False:
-        notes.append("rounds apart")
-    return ", ".join(notes)
-
-
 def rounds_summary(rows: list[ComparedRow]) -> list[str]:
-    """Lines on how far the run's rounds moved: each deployment's TPOT p50 per round (the
-    host's decode speed as the client saw it) and the bounded cells whose rounds are further
-    apart than their bound. Empty when the report has fewer than two rounds."""
-    lines = []
+    """How far the run's rounds moved: each deployment's TPOT p50 per round (the host's
+    decode speed as the client saw it). Empty when the report has fewer than two rounds."""
     speeds = [r for r in rows if r.field == "tpot_p50_s" and r.scope == "all" and r.rounds]
-    if speeds:
-        parts = [
-            f"{r.deployment} {' / '.join(f'{v * 1e3:.2f}' for v in r.rounds or ())} ms"
-            f" (x{sig3(spread(r.rounds or ()))})"
-            for r in speeds
-        ]
-        lines.append("TPOT p50 by round: " + ", ".join(parts))
-    apart = [r for r in rows if rounds_hold(r) is False]
-    held = [r for r in rows if rounds_hold(r) is not None]
-    if held:
-        names = ", ".join(f"{r.deployment} {r.scope} {r.label}" for r in apart) or "none"
-        lines.append(
-            f"cells whose rounds are further apart than the bound: {len(apart)} of {len(held)}"
-            f" ({names})"
-        )
-    return lines
+    if not speeds:
+        return []
+    parts = [
+        f"{r.deployment} {' / '.join(f'{v * 1e3:.2f}' for v in r.rounds or ())} ms"
+        f" (x{sig3(spread(r.rounds or ()))})"
+        for r in speeds
+    ]
+    return ["TPOT p50 by round: " + ", ".join(parts)]
 
 
 def simulate_json(
@@ -137,7 +106,7 @@ def simulate_json(
     stage_rows: list[StageRow],
 ) -> dict[str, Any]:
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "profile": prof.model_dump(mode="json"),
         "workload": cfg.model_dump(mode="json"),
         "predictions": {
@@ -156,11 +125,9 @@ def simulate_json(
                 "predicted": r.predicted,
                 "measured": r.measured,
                 "ratio": r.ratio,
-                "within_bound": within(r),
                 "measured_interval": None if r.interval is None else list(r.interval),
                 "within_measured_interval": r.in_interval,
                 "measured_rounds": None if r.rounds is None else list(r.rounds),
-                "rounds_within_one_bound": rounds_hold(r),
             }
             for r in rows
         ],

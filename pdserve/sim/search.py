@@ -15,11 +15,12 @@ smaller differences say nothing); the rest follow by goodput.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pdserve.bench.config import BenchConfig
+from pdserve.bench.report import Metrics
 from pdserve.bench.trace import TraceRecord
 from pdserve.config import PdserveConfig
 from pdserve.sim.layout import layout_from_config
@@ -28,21 +29,6 @@ from pdserve.sim.profile import SimProfile
 
 P99_TIE = 0.05
 """TTFT p99s within this fraction of each other rank as equal (then by `typical_ttft_s`)."""
-
-
-def typical_ttft_s(prediction: Prediction) -> float | None:
-    """The TTFT a tie is broken by: with two or more request classes, the geometric mean of
-    the classes' TTFT p50s (each class counts the same whatever its share, and a 2x faster
-    short request weighs as much as a 2x faster long one; the p50 of a half-short, half-long
-    workload falls in the gap between the two and moves with whichever class is nearer it);
-    otherwise all requests' TTFT p50. None when a needed p50 is missing or not above 0."""
-    classes = prediction.classes
-    if len(classes) < 2:
-        return prediction.metrics.ttft_p50_s
-    p50s = [m.ttft_p50_s for m in classes.values()]
-    if any(p is None or p <= 0 for p in p50s):
-        return None
-    return math.exp(sum(math.log(p) for p in p50s if p is not None) / len(p50s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,19 +116,86 @@ class Ranked:
     prediction: Prediction
 
 
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """What the ranking reads of one option (a predicted candidate or a measured
+    deployment): its metrics over all requests and per request class, and its devices."""
+
+    metrics: Metrics
+    classes: Mapping[str, Metrics]
+    num_devices: int
+
+
+def typical_ttft_s(prediction: Prediction | Scored) -> float | None:
+    """The TTFT a tie is broken by: with two or more request classes, the geometric mean of
+    the classes' TTFT p50s (each class counts the same whatever its share, and a 2x faster
+    short request weighs as much as a 2x faster long one; the p50 of a half-short, half-long
+    workload falls in the gap between the two and moves with whichever class is nearer it);
+    otherwise all requests' TTFT p50. None when a needed p50 is missing or not above 0."""
+    classes = prediction.classes
+    if len(classes) < 2:
+        return prediction.metrics.ttft_p50_s
+    p50s = [m.ttft_p50_s for m in classes.values()]
+    if any(p is None or p <= 0 for p in p50s):
+        return None
+    return math.exp(sum(math.log(p) for p in p50s if p is not None) / len(p50s))
+
+
+def meets(
+    m: Metrics,
+    target_goodput: float,
+    max_ttft_p99_s: float | None = None,
+    max_itl_p99_s: float | None = None,
+) -> bool:
+    """Goodput at least `target_goodput`, and TTFT / ITL p99 within the bounds given."""
+    if (m.goodput_fraction or 0.0) < target_goodput:
+        return False
+    if max_ttft_p99_s is not None and (m.ttft_p99_s is None or m.ttft_p99_s > max_ttft_p99_s):
+        return False
+    return max_itl_p99_s is None or (m.itl_p99_s is not None and m.itl_p99_s <= max_itl_p99_s)
+
+
 def meets_target(
     r: Ranked,
     target_goodput: float,
     max_ttft_p99_s: float | None = None,
     max_itl_p99_s: float | None = None,
 ) -> bool:
-    """Goodput at least `target_goodput`, and TTFT / ITL p99 within the bounds given."""
-    m = r.prediction.metrics
-    if (m.goodput_fraction or 0.0) < target_goodput:
-        return False
-    if max_ttft_p99_s is not None and (m.ttft_p99_s is None or m.ttft_p99_s > max_ttft_p99_s):
-        return False
-    return max_itl_p99_s is None or (m.itl_p99_s is not None and m.itl_p99_s <= max_itl_p99_s)
+    """`meets` for a ranked candidate's predicted metrics."""
+    return meets(r.prediction.metrics, target_goodput, max_ttft_p99_s, max_itl_p99_s)
+
+
+T = TypeVar("T")
+
+
+def order(
+    options: Sequence[T],
+    scored: Callable[[T], Scored],
+    *,
+    target_goodput: float = 0.99,
+    max_ttft_p99_s: float | None = None,
+    max_itl_p99_s: float | None = None,
+) -> list[T]:
+    """`options` best first by the module docstring's rule, each read through `scored`: those
+    that meet the target first, fewest devices first, then lowest TTFT p99 (within P99_TIE of
+    each other: lower typical TTFT first); the rest by goodput. Stable."""
+
+    def key(o: T) -> tuple[bool, float, int, float]:
+        s = scored(o)
+        ok = meets(s.metrics, target_goodput, max_ttft_p99_s, max_itl_p99_s)
+        goodput = s.metrics.goodput_fraction or 0.0
+        return (not ok, 0.0 if ok else -goodput, s.num_devices, s.metrics.ttft_p99_s or 1e9)
+
+    keyed = sorted(((key(o), o) for o in options), key=lambda ko: ko[0])
+    runs: list[tuple[tuple[bool, float, int, float], list[T]]] = []
+    for k, o in keyed:
+        if runs and runs[-1][0][:3] == k[:3] and k[3] <= runs[-1][0][3] * (1 + P99_TIE):
+            runs[-1][1].append(o)
+        else:
+            runs.append((k, [o]))
+    return [
+        o for _, run in runs for o in sorted(run, key=lambda o: typical_ttft_s(scored(o)) or 1e9)
+    ]
 
 
 def rank(
@@ -158,7 +211,7 @@ def rank(
     runs: int | None = None,
 ) -> list[Ranked]:
     """Simulate every candidate (`runs` pooled simulations each; None = `default_runs`) and
-    sort best first (see the module docstring)."""
+    sort best first (`order`)."""
     ranked = []
     for c in points:
         cfg = apply(base, c)
@@ -166,25 +219,10 @@ def rank(
         ranked.append(
             Ranked(c, cfg, predict(c.label(), layout, profile, workload, trace, runs=runs))
         )
-
-    def key(r: Ranked) -> tuple[bool, float, int, float]:
-        m = r.prediction.metrics
-        goodput = m.goodput_fraction or 0.0
-        meets = meets_target(r, target_goodput, max_ttft_p99_s, max_itl_p99_s)
-        return (not meets, 0.0 if meets else -goodput, r.candidate.num_devices, m.ttft_p99_s or 1e9)
-
-    ordered = sorted(ranked, key=key)
-    return [r for tie in _p99_ties([(key(r), r) for r in ordered]) for r in tie]
-
-
-def _p99_ties(keyed: list[tuple[tuple[bool, float, int, float], Ranked]]) -> list[list[Ranked]]:
-    """Candidates in rank order, each with its (meets, goodput, devices, TTFT p99) key, cut
-    into runs of the same first three whose TTFT p99 is within P99_TIE of the run's first
-    (lowest), each run sorted by `typical_ttft_s` (stable)."""
-    runs: list[tuple[tuple[bool, float, int, float], list[Ranked]]] = []
-    for k, r in keyed:
-        if runs and runs[-1][0][:3] == k[:3] and k[3] <= runs[-1][0][3] * (1 + P99_TIE):
-            runs[-1][1].append(r)
-        else:
-            runs.append((k, [r]))
-    return [sorted(run, key=lambda r: typical_ttft_s(r.prediction) or 1e9) for _, run in runs]
+    return order(
+        ranked,
+        lambda r: Scored(r.prediction.metrics, r.prediction.classes, r.candidate.num_devices),
+        target_goodput=target_goodput,
+        max_ttft_p99_s=max_ttft_p99_s,
+        max_itl_p99_s=max_itl_p99_s,
+    )

@@ -1,12 +1,11 @@
 """`pdserve tune` (typer): search deployment layouts with the simulator and recommend one.
 
 Registered in pdserve/cli.py. Reads a simulator profile (`pdserve profile --sim-profile`), a
-base config (model, engines, router), a workload and SLOs; with `--fit-on RUN` first fits the
-profile's load terms on a run measured now (as `pdserve simulate --fit-host-on` does; several
-runs of one workload pooled into one, pdserve.bench.pool) and checks the fit on that run's own
-cells (pdserve.sim.pilot); prints
-the ranked candidates and the recommendation; `--write` saves the recommended config,
-`--write-helm` the Helm values that deploy it. Exit status: 0 done; 1 no candidate reaches
+base config (model, engines, router), a workload, SLOs and a device budget; prints the ranked
+candidates and the recommendation; `--write` saves the recommended config, `--write-helm` the
+Helm values that deploy it. On a CPU machine whose engines share cores with the serving
+layer, `--fit-on RUN` first fits the profile's `cpu_host` block on a run measured now (as
+`pdserve simulate --fit-host-on` does). Exit status: 0 done; 1 no candidate reaches
 --target-goodput; 2 bad options.
 """
 
@@ -24,35 +23,27 @@ from rich.table import Table
 from pdserve.bench.cli import _opt
 from pdserve.bench.stats import sig3
 from pdserve.config import ConfigError, load_config
-from pdserve.sim.cli import (
-    LOAD_FROM_HELP,
+from pdserve.sim.cli_common import (
+    HOST_CORES_HELP,
     RUNS_HELP,
-    _bench_config,
-    _load_profile,
-    _load_report,
-    _trace,
-    fit_on_run,
+    bench_config,
+    deployments,
+    fit_host,
+    layouts,
+    load_profile,
+    load_report,
     save_profile,
+    trace_records,
 )
 from pdserve.sim.search import P99_TIE, Ranked, candidates, meets_target, rank, typical_ttft_s
 
 _NOT_WORKLOAD = {
     "profile", "config", "devices", "chunk_tokens", "local_thresholds", "no_aggregated",
     "target_goodput", "workload_from", "top", "write", "write_helm", "max_ttft_p99_s",
-    "max_itl_p99_s", "runs", "load_from", "fit_on", "fit_host_on", "host_cores",
-    "write_profile",
+    "max_itl_p99_s", "runs", "fit_on", "fit_host_on", "host_cores", "write_profile",
 }  # fmt: skip
-FIT_ON_HELP = (
-    "A `pdserve bench --json` run of your layouts measured on this machine now (a pilot, "
-    "e.g. --rounds 2): fit the profile's load terms on it, as `pdserve simulate "
-    "--measured RUN --fit-host-on` does, before searching, and say how many of the run's own "
-    "TTFT/ITL cells the fit holds (a warning names each miss). Repeat it to pool several "
-    "pilots of the same workload and deployments into one (their rounds one after another): "
-    "the fit then stands on more of the host's minutes. Do "
-    "this when `pdserve profile` warns that the host is off the pooled profile: a fit carried "
-    "from another hour misses when the host's speed has moved (bench/RESULTS.md, runs AG and "
-    "AK)."
-)
+SEARCH = "Search"
+CPU_HOST = "CPU host (shared cores)"
 
 
 def _int_list(text: str, what: str, *, allow_none: bool) -> list[int | None]:
@@ -81,50 +72,6 @@ def tune(
     devices: Annotated[
         int, typer.Option(min=1, help="Device budget: engines (GPUs; cores on CPU) to use.")
     ],
-    load_from: Annotated[pathlib.Path | None, typer.Option(help=LOAD_FROM_HELP)] = None,
-    fit_on: Annotated[list[pathlib.Path] | None, typer.Option(help=FIT_ON_HELP)] = None,
-    fit_host_on: Annotated[
-        str | None,
-        typer.Option(
-            help="With --fit-on: the run's deployment to fit the serving layer on (default: its "
-            "first disaggregated one; the run's aggregated one, if any, fits the local intake)."
-        ),
-    ] = None,
-    host_cores: Annotated[
-        int, typer.Option(min=1, help="With --fit-on: cores the measured machine had.")
-    ] = 2,
-    write_profile: Annotated[
-        pathlib.Path | None,
-        typer.Option(help="With --fit-on: save the fitted profile (reuse it with --load-from)."),
-    ] = None,
-    chunk_tokens: Annotated[
-        str, typer.Option(help="Prefill chunk sizes to try, comma-separated; 'none' = whole.")
-    ] = "256,512,1024,none",
-    local_thresholds: Annotated[
-        str,
-        typer.Option(help="local_prefill_max_cold_tokens values to try (disaggregated)."),
-    ] = "0,128,512",
-    no_aggregated: Annotated[
-        bool, typer.Option("--no-aggregated", help="Only disaggregated layouts.")
-    ] = False,
-    target_goodput: Annotated[
-        float,
-        typer.Option(
-            min=0, max=1, help="Fraction of requests that must meet both SLOs (TTFT, TPOT)."
-        ),
-    ] = 0.99,
-    max_ttft_p99_s: Annotated[
-        float | None,
-        typer.Option("--max-ttft-p99-s", min=0, help="Also require predicted TTFT p99 <= this."),
-    ] = None,
-    max_itl_p99_s: Annotated[
-        float | None,
-        typer.Option("--max-itl-p99-s", min=0, help="Also require predicted ITL p99 <= this."),
-    ] = None,
-    workload_from: Annotated[
-        pathlib.Path | None,
-        typer.Option(help="Take the workload from a `pdserve bench --json` report (a run)."),
-    ] = None,
     workload: Annotated[str | None, _opt("workload", extra=" mixed|synthetic|trace.")] = None,
     num_requests: Annotated[int | None, _opt("num_requests")] = None,
     concurrency: Annotated[int | None, _opt("concurrency")] = None,
@@ -134,6 +81,7 @@ def tune(
     short_tokens: Annotated[int | None, _opt("short_tokens")] = None,
     long_tokens: Annotated[int | None, _opt("long_tokens")] = None,
     long_fraction: Annotated[float | None, _opt("long_fraction")] = None,
+    burst_size: Annotated[int | None, _opt("burst_size")] = None,
     input_dist: Annotated[str | None, _opt("input_dist")] = None,
     output_dist: Annotated[str | None, _opt("output_dist")] = None,
     trace: Annotated[pathlib.Path | None, _opt("trace")] = None,
@@ -143,11 +91,6 @@ def tune(
     max_input_tokens: Annotated[int | None, _opt("max_input_tokens")] = None,
     slo_ttft_s: Annotated[float | None, _opt("slo_ttft_s")] = None,
     slo_tpot_s: Annotated[float | None, _opt("slo_tpot_s")] = None,
-    runs: Annotated[
-        int | None,
-        typer.Option(min=1, help=f"Per candidate: {RUNS_HELP}"),
-    ] = None,
-    top: Annotated[int, typer.Option(min=1, help="Rows of the ranked table.")] = 12,
     write: Annotated[
         pathlib.Path | None, typer.Option(help="Write the recommended pdserve config here.")
     ] = None,
@@ -155,20 +98,109 @@ def tune(
         pathlib.Path | None,
         typer.Option(help="Write Helm values (the chart's pdserve block and worker groups)."),
     ] = None,
+    workload_from: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            help="Take the workload from a `pdserve bench --json` report.", rich_help_panel=SEARCH
+        ),
+    ] = None,
+    chunk_tokens: Annotated[
+        str,
+        typer.Option(
+            help="Prefill chunk sizes to try, comma-separated; 'none' = whole.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = "256,512,1024,none",
+    local_thresholds: Annotated[
+        str,
+        typer.Option(
+            help="local_prefill_max_cold_tokens values to try (disaggregated).",
+            rich_help_panel=SEARCH,
+        ),
+    ] = "0,128,512",
+    no_aggregated: Annotated[
+        bool,
+        typer.Option("--no-aggregated", help="Only disaggregated layouts.", rich_help_panel=SEARCH),
+    ] = False,
+    target_goodput: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1,
+            help="Fraction of requests that must meet both SLOs (TTFT, TPOT).",
+            rich_help_panel=SEARCH,
+        ),
+    ] = 0.99,
+    max_ttft_p99_s: Annotated[
+        float | None,
+        typer.Option(
+            "--max-ttft-p99-s",
+            min=0,
+            help="Also require predicted TTFT p99 <= this.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = None,
+    max_itl_p99_s: Annotated[
+        float | None,
+        typer.Option(
+            "--max-itl-p99-s",
+            min=0,
+            help="Also require predicted ITL p99 <= this.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = None,
+    runs: Annotated[
+        int | None,
+        typer.Option(min=1, help=f"Per candidate: {RUNS_HELP}", rich_help_panel=SEARCH),
+    ] = None,
+    top: Annotated[
+        int, typer.Option(min=1, help="Rows of the ranked table.", rich_help_panel=SEARCH)
+    ] = 12,
+    fit_on: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            help="A `pdserve bench --deployments ... --json` run measured on this machine now: "
+            "fit the profile's cpu_host block on it before searching (CPU machines whose "
+            "engines share cores with the router and Ray Serve).",
+            rich_help_panel=CPU_HOST,
+        ),
+    ] = None,
+    fit_host_on: Annotated[
+        str | None,
+        typer.Option(
+            help="With --fit-on: the run's deployment to fit on (default: its first "
+            "disaggregated one).",
+            rich_help_panel=CPU_HOST,
+        ),
+    ] = None,
+    host_cores: Annotated[
+        int | None,
+        typer.Option(min=1, help=f"With --fit-on: {HOST_CORES_HELP}", rich_help_panel=CPU_HOST),
+    ] = None,
+    write_profile: Annotated[
+        pathlib.Path | None,
+        typer.Option(help="With --fit-on: save the fitted profile.", rich_help_panel=CPU_HOST),
+    ] = None,
 ) -> None:
     """Recommend a layout (aggregated or xPyD, chunk size, local-prefill threshold) for a
     workload and SLOs on a device budget, from simulations fitted to your engines."""
     options = {k: v for k, v in locals().items() if v is not None and k not in _NOT_WORKLOAD}
     console = Console()
-    if fit_on and load_from is not None:
-        console.print("[red]error:[/red] --fit-on fits the load terms --load-from carries")
-        raise typer.Exit(2)
-    if not fit_on and (fit_host_on is not None or write_profile is not None):
+    if fit_on is None and (fit_host_on is not None or write_profile is not None):
         console.print("[red]error:[/red] --fit-host-on and --write-profile need --fit-on")
         raise typer.Exit(2)
-    prof = _load_profile(profile, console, load_from)
-    if fit_on:
-        prof = fit_on_run(prof, fit_on, fit_host_on, host_cores, console)
+    prof = load_profile(profile, console)
+    if fit_on is not None:
+        run = load_report(fit_on, console)
+        if not run.config.get("deployments"):
+            console.print(
+                f"[red]error:[/red] {fit_on} records no deployment configs (benched with "
+                "--url): bench it with `pdserve bench --deployments NAME=CONFIG,...` so the fit "
+                "knows each layout"
+            )
+            raise typer.Exit(2)
+        run_layouts = layouts(deployments(None, run, console), console)
+        prof = fit_host(prof, run, run_layouts, fit_host_on, host_cores, console)
         if write_profile is not None:
             save_profile(prof, write_profile, console)
     try:
@@ -176,9 +208,9 @@ def tune(
     except ConfigError as exc:
         console.print(f"[red]config error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-    report = _load_report(workload_from, console) if workload_from is not None else None
-    cfg = _bench_config(report, options, console)
-    records = _trace(cfg, console)
+    report = load_report(workload_from, console) if workload_from is not None else None
+    cfg = bench_config(report, options, console)
+    records = trace_records(cfg, console)
     chunks = _int_list(chunk_tokens, "--chunk-tokens", allow_none=True)
     thresholds = [
         t or 0 for t in _int_list(local_thresholds, "--local-thresholds", allow_none=False)

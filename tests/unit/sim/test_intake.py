@@ -8,9 +8,10 @@ import statistics
 
 import pytest
 
+from pdserve.sim.host import HostEffects
 from pdserve.sim.intake import Intake
 from pdserve.sim.simulator import Simulation
-from tests.unit.sim.test_queueing import PROFILE, layout, request
+from tests.unit.sim.helpers import PROFILE, layout, request
 
 
 def test_prompts_that_arrive_together_are_taken_in_one_after_the_other() -> None:
@@ -48,7 +49,7 @@ def test_a_prompt_taken_in_holds_up_the_first_chunk_of_a_request_in_flight() -> 
     2,000 tokens x 10 us = 20 ms); the first chunk of another request that reaches the router
     in that stretch waits for its end. The prompt's own request is not held up by it, and a
     prompt sent after the first chunk passed holds up nothing."""
-    prof = PROFILE.model_copy(update={"router_per_token_s": 1e-5})
+    prof = PROFILE.with_host_terms(router_s=0.002, router_per_token_s=1e-5)
     one = layout()
     short, long_at = request(0, 16), 0.001
     [alone] = Simulation(one, prof).run([short]).results
@@ -58,7 +59,7 @@ def test_a_prompt_taken_in_holds_up_the_first_chunk_of_a_request_in_flight() -> 
     # The long prompt reaches an engine after its router time (20 ms of it per token), when
     # the short one's token is out: they share no engine step, only the serving layer.
     assert burst.sent_s + burst.stages["router_queue"] > alone.ttft_s
-    assert held.ttft_s == pytest.approx(long_at + prof.intake_s(2000))
+    assert held.ttft_s == pytest.approx(long_at + prof.host.intake_s(2000))
     [long_alone] = Simulation(one, prof).run([request(1, 2000, at=long_at)]).results
     assert burst.ttft_s == pytest.approx(long_alone.ttft_s)
     later = Simulation(one, prof).run([short, request(1, 2000, at=0.05)]).results
@@ -71,12 +72,16 @@ def test_each_prompt_s_intake_spreads_as_the_client_s_time_with_its_mean_kept() 
     prompts the work taken in is the fitted one, its median below it, and some prompts hold
     twice as long. Without a spread, every prompt's intake is exactly `intake_s`."""
     sigma = 0.5
-    prof = PROFILE.model_copy(update={"router_per_token_s": 1e-5, "client_jitter_sigma": sigma})
-    sim = Simulation(layout(), prof, seed=3)
-    draws = [sim._intake_s(2000) for _ in range(20_000)]
-    mean_s = prof.intake_s(2000)
+    prof = PROFILE.with_host_terms(
+        router_s=0.002, router_per_token_s=1e-5, client_jitter_sigma=sigma
+    )
+    host = HostEffects(prof.host, seed=3)
+    draws = [host.intake_s(2000) for _ in range(20_000)]
+    mean_s = prof.host.intake_s(2000)
     assert statistics.fmean(draws) == pytest.approx(mean_s, rel=0.02)
     assert statistics.median(draws) == pytest.approx(mean_s * math.exp(-(sigma**2) / 2), rel=0.03)
     assert max(draws) > 2 * mean_s
-    exact = Simulation(layout(), PROFILE.model_copy(update={"router_per_token_s": 1e-5}))
-    assert {exact._intake_s(2000) for _ in range(10)} == {prof.intake_s(2000)}
+    exact = HostEffects(
+        PROFILE.with_host_terms(router_s=0.002, router_per_token_s=1e-5).host, seed=3
+    )
+    assert {exact.intake_s(2000) for _ in range(10)} == {prof.host.intake_s(2000)}

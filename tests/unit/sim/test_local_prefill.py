@@ -1,7 +1,7 @@
 """SimProfile.local_prefill_fixed_s in the simulator: a prompt an engine prefills for its own
 decoding (every prompt of an aggregated engine, a decode engine's local prefill) pays that
 fixed cost; a prefill-pool engine's prompts keep the cost model's fixed_overhead_s
-(closed-form cases on test_queueing's layouts); and how `pdserve profile`'s samples fit it."""
+(closed-form cases on the helpers' layouts); and how `pdserve profile`'s samples fit it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pdserve.profiling.samples import LocalPrefillSample, ServingSample
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.sim.fit import fit_sim_profile, local_hop_s, local_prefill_fixed_s
 from pdserve.sim.simulator import Simulation
-from tests.unit.sim.test_queueing import BLOCK, COST, PROFILE, layout, prefill_s, request
+from tests.unit.sim.helpers import BLOCK, COST, PROFILE, layout, prefill_s, request
 
 LOCAL_FIXED_S = 0.007
 """Between COST.decode_base_s (0.005, every step's floor) and fixed_overhead_s (0.01)."""

@@ -1,25 +1,16 @@
-"""`predict` pools several simulated runs of one workload (different jitter draws)."""
+"""`predict` pools several simulated runs of one workload (with a cpu_host block: different
+draws of the host's spreads), and `compare` sets predictions beside a measured report."""
 
 from __future__ import annotations
-
-import pathlib
 
 import pytest
 
 from pdserve.bench.config import BenchConfig
-from pdserve.bench.report import BenchReport
-from pdserve.config import load_config
-from pdserve.sim.bounds import within
-from pdserve.sim.layout import layout_from_config
-from pdserve.sim.predict import compare, default_runs, predict
-from pdserve.sim.profile import SimProfile
+from pdserve.sim.predict import compare, compare_stages, default_runs, predict
+from tests.unit.sim.helpers import LOCAL_PROFILE, local_layouts, measured_run
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-ROOT = pathlib.Path(__file__).resolve().parents[3]
-LAYOUT = layout_from_config(load_config(ROOT / "deploy" / "local.yaml"), name="1p1d")
-PROFILE = SimProfile.load(FIXTURES / "sim-profile-local.json").model_copy(
-    update={"decode_jitter_sigma": 1.0, "serving_jitter_sigma": 0.5}
-)
+LAYOUT = local_layouts("1p1d")["1p1d"]
+PROFILE = LOCAL_PROFILE.with_host_terms(decode_jitter_sigma=1.0, serving_jitter_sigma=0.5)
 WORKLOAD = BenchConfig(workload="mixed", num_requests=60, request_rate=4.0, concurrency=16)
 
 
@@ -39,32 +30,25 @@ def test_runs_must_be_positive() -> None:
         predict("1p1d", LAYOUT, PROFILE, WORKLOAD, runs=0)
 
 
-def test_by_default_a_prediction_pools_about_2400_requests() -> None:
-    assert [default_runs(n) for n in (1, 200, 300, 400, 1000, 2400, 10_000)] == [
-        8,
-        8,
-        8,
-        6,
-        3,
-        1,
-        1,
-    ]
+def test_by_default_a_prediction_pools_about_2400_requests_when_the_host_spreads() -> None:
+    got = [default_runs(n) for n in (1, 200, 300, 400, 1000, 2400, 10_000)]
+    assert got == [8, 8, 8, 6, 3, 1, 1]
     assert predict("1p1d", LAYOUT, PROFILE, WORKLOAD).runs == 8  # 60 requests
+    # Without a cpu_host block every run would be the same: one is simulated.
+    assert predict("1p1d", LAYOUT, LOCAL_PROFILE, WORKLOAD).runs == 1
 
 
-def test_ttft_over_all_requests_is_not_bounded_when_the_report_has_classes() -> None:
-    """A mixed run's TTFT p50 over short and long prompts together falls between the two
-    classes; the classes' TTFT rows and every ITL row are the bounded ones."""
-    report = BenchReport.model_validate_json((FIXTURES / "mixed-3way-600.json").read_text())
-    workload = BenchConfig.model_validate({**report.config, "deployments": (), "json_path": None})
-    rows = compare([predict("1p1d", LAYOUT, PROFILE, workload, runs=1)], report)
-    unbounded = {(r.scope, r.field) for r in rows if within(r) is None}
-    assert ("all", "ttft_p50_s") in unbounded and ("all", "ttft_p99_s") in unbounded
-    for scope in ("short", "long"):
-        assert (scope, "ttft_p50_s") not in unbounded and (scope, "ttft_p99_s") not in unbounded
-    assert ("all", "itl_p99_s") not in unbounded
-    flat = report.model_copy(
-        update={"policies": {"1p1d": report.policies["1p1d"].model_copy(update={"classes": None})}}
-    )
-    rows = compare([predict("1p1d", LAYOUT, PROFILE, workload, runs=1)], flat)
-    assert all(within(r) is not None for r in rows if r.field == "ttft_p50_s")
+def test_predictions_are_compared_per_class_and_stage_with_the_measured_report() -> None:
+    """Rows for all requests and each of the report's classes, with the ratio predicted /
+    measured; a prediction with the host that made the run is about the run itself."""
+    report = measured_run()
+    workload = BenchConfig.model_validate({**report.config, "json_path": None})
+    exact = predict("1p1d", LAYOUT, LOCAL_PROFILE, workload)
+    rows = compare([exact], report)
+    assert {r.scope for r in rows} == {"all", "short", "long"}
+    tpot = next(r for r in rows if r.scope == "all" and r.field == "tpot_p50_s")
+    assert tpot.ratio is not None and tpot.ratio < 1  # the idle engines decode faster
+    stages = compare_stages([exact], report)
+    prefill = next(r for r in stages if r.scope == "long" and r.stage == "prefill")
+    assert prefill.predicted is not None and prefill.measured is not None
+    assert {r.deployment for r in rows} == {"1p1d"}  # only deployments both sides have

@@ -1,29 +1,23 @@
 """The host's speed between a run's rounds: a simulated run at one speed takes every modelled
 time that many times; a prediction pools runs at evenly spaced speeds of the profile's
-`round_speed_sigma`; the sigma is measured from a run's rounds and carried with a fit."""
+`round_speed_sigma`; the sigma is measured from a run's rounds."""
 
 from __future__ import annotations
 
 import math
-import pathlib
 import statistics
 
 import pytest
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.rounds import round_speed_sigma
-from pdserve.config import load_config
 from pdserve.sim import predict as predict_module
-from pdserve.sim.carry import carry_load
-from pdserve.sim.layout import layout_from_config
-from pdserve.sim.predict import predict, run_speed_factors
-from pdserve.sim.profile import SimProfile
+from pdserve.sim.cpu_host import CpuHost
+from pdserve.sim.host import run_speed_factors
+from pdserve.sim.predict import predict
 from pdserve.sim.simulator import Simulation
 from tests.unit.bench.report_records import policy_report, record
-from tests.unit.sim.test_queueing import COST, PROFILE, layout, request
-
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+from tests.unit.sim.helpers import COST, LOCAL_PROFILE, PROFILE, layout, local_layouts, request
 
 
 def test_a_run_at_speed_k_takes_k_times_every_engine_step_and_serving_time() -> None:
@@ -68,11 +62,11 @@ def test_a_prediction_simulates_each_pooled_run_at_its_speed(
             super().__init__(*args, seed=seed, speed_factor=speed_factor, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(predict_module, "Simulation", Recording)
-    lay = layout_from_config(load_config(ROOT / "deploy" / "local.yaml"), name="1p1d")
-    idle = SimProfile.load(FIXTURES / "sim-profile-local.json")
+    lay = local_layouts("1p1d")["1p1d"]
+    idle = LOCAL_PROFILE.with_host(CpuHost())
     workload = BenchConfig(workload="mixed", num_requests=60, request_rate=4.0, concurrency=16)
     steady = predict("1p1d", lay, idle, workload, runs=8)
-    spread_profile = idle.model_copy(update={"round_speed_sigma": 0.3})
+    spread_profile = idle.with_host_terms(round_speed_sigma=0.3)
     spread = predict("1p1d", lay, spread_profile, workload, runs=8)
     assert seen[:8] == [(i, 1.0) for i in range(8)]
     assert seen[8:] == list(enumerate(run_speed_factors(0.3, 8)))
@@ -98,9 +92,3 @@ def test_the_spread_between_rounds_is_pooled_over_deployments() -> None:
     assert round_speed_sigma([b]) == 0.0
     assert round_speed_sigma([policy_report(_round(0, 0.1))]) is None  # one round
     assert round_speed_sigma([]) is None
-
-
-def test_the_spread_between_rounds_is_carried_with_a_fit() -> None:
-    idle = SimProfile.load(FIXTURES / "sim-profile-local.json")
-    fitted = idle.model_copy(update={"host_contention": 2.0, "round_speed_sigma": 0.12})
-    assert carry_load(fitted, idle).round_speed_sigma == 0.12

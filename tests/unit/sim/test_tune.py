@@ -21,9 +21,10 @@ from pdserve.sim.search import (
     P99_TIE,
     Candidate,
     Ranked,
-    _p99_ties,
+    Scored,
     apply,
     candidates,
+    order,
     rank,
     typical_ttft_s,
 )
@@ -135,12 +136,14 @@ def test_tune_rejects_bad_knob_lists(tmp_path: pathlib.Path) -> None:
 
 def test_the_serving_latencies_are_fitted_from_idle_samples() -> None:
     samples = [
-        ServingSample(n, router_s=0.004, prefill_hops_s=0.006, kv_wait_s=0.01 + 2e-6 * n,
-                      decode_hops_s=0.010, decode_first_token_s=0.02)
+        ServingSample(n, router_s=0.003 + 1e-6 * n, prefill_hops_s=0.006,
+                      kv_wait_s=0.01 + 2e-6 * n, decode_hops_s=0.010, decode_first_token_s=0.02)
         for n in (256, 1024, 2048, 3000)
     ]  # fmt: skip
     prof = fit_sim_profile(CostModel(), samples, source="test")
-    assert prof.router_s == pytest.approx(0.004)
+    assert prof.router_s == pytest.approx(0.003)
+    assert prof.router_per_token_s == pytest.approx(1e-6)
+    assert prof.cpu_host is None  # an idle profile: the host block comes from a loaded run
     assert prof.hop_s == pytest.approx(0.004)
     assert prof.kv_transfer_fixed_s == pytest.approx(0.01)
     assert prof.cost_model.kv_transfer_per_token_s == pytest.approx(2e-6)
@@ -182,6 +185,10 @@ def _ranked(
     return Ranked(candidate, LOCAL, prediction)
 
 
+def _scored(r: Ranked) -> Scored:
+    return Scored(r.prediction.metrics, r.prediction.classes, r.candidate.num_devices)
+
+
 def test_the_typical_ttft_is_the_geometric_mean_of_the_classes_p50s() -> None:
     """Short 0.02 s and long 0.5 s: 0.1 s, whatever the all-request p50 (which falls between
     the two); one class or none: the all-request p50; a class without a p50: None."""
@@ -200,10 +207,7 @@ def test_with_request_classes_a_tie_goes_to_the_lower_typical_ttft() -> None:
     first = _ranked(1, 0.431, 0.18, classes={"short": 0.12, "long": 0.27})
     second = _ranked(2, 0.438, 0.25, classes={"short": 0.03, "long": 0.30})
 
-    def key(r: Ranked) -> tuple[bool, float, int, float]:
-        return (False, 0.0, r.candidate.num_devices, r.prediction.metrics.ttft_p99_s or 0.0)
-
-    [tie] = _p99_ties([(key(r), r) for r in (first, second)])
+    tie = order([first, second], _scored, target_goodput=0.0)
     assert [r.candidate.chunk_tokens for r in tie] == [2, 1]
 
 
@@ -215,10 +219,6 @@ def test_ttft_p99s_within_five_percent_rank_by_their_p50() -> None:
         _ranked(4, 0.470, 0.05, devices=3),
     ]  # fmt: skip
 
-    def key(r: Ranked) -> tuple[bool, float, int, float]:
-        return (False, 0.0, r.candidate.num_devices, r.prediction.metrics.ttft_p99_s or 0.0)
-
-    ties = _p99_ties([(key(r), r) for r in ordered])
-    labels = [[r.candidate.chunk_tokens for r in tie] for tie in ties]
-    assert labels == [[2, 1], [3], [4]]
+    got = order(list(reversed(ordered)), _scored, target_goodput=0.0)
+    assert [r.candidate.chunk_tokens for r in got] == [2, 1, 3, 4]
     assert P99_TIE == 0.05

@@ -14,8 +14,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from pdserve.autoscaling.config import AutoscalingConfig
+from pdserve.names import POOLS, PoolName
 from pdserve.router.policy.strict import StrictModel
-from pdserve.router.policy.types import POOLS, PoolName
 from pdserve.router_config import (
     AdmissionConfig,
     AuthConfig,

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from pdserve.messages import DecodeChunk
+from pdserve.names import PolicyName
 from pdserve.router.admission import AdmissionRejected, RetryAfterAdvisor
 from pdserve.router.auth import ApiKeyMiddleware, ApiKeys
 from pdserve.router.body_limit import BodyLimitMiddleware
@@ -49,7 +50,6 @@ from pdserve.router.loop_lag import LoopLagSampler, LoopLagTask
 from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.orchestrate import Generation, Orchestrator
-from pdserve.router.policy.types import PolicyName
 from pdserve.router.prepare import PreparedRequest, RequestPreparer
 from pdserve.router.responses import ResponseBuilder
 from pdserve.router.status import ClusterStatus

@@ -19,6 +19,7 @@ done
 MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.config \
   -m pdserve.router_config \
+  -m pdserve.names \
   -m pdserve.messages \
   -m pdserve.model_source \
   -m pdserve.node \

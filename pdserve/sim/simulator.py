@@ -58,15 +58,11 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
+from pdserve.names import PolicyName, PoolName
+from pdserve.router.policy import ReplicaSnapshot, RequestSummary
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.policy.state import OutstandingWork, with_open_streams
-from pdserve.router.policy.types import (
-    PolicyName,
-    PoolName,
-    ReplicaSnapshot,
-    RequestSummary,
-)
 from pdserve.sim.engine import Seq, SimEngine, Step
 from pdserve.sim.host_speed import WindowSpeed
 from pdserve.sim.intake import Intake, ReplicaIntake

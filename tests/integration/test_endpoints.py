@@ -145,8 +145,9 @@ def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> 
 
 
 def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -> None:
+    from pdserve.names import POOLS
     from pdserve.router.context.layout import PARTS
-    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS, POOLS
+    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS
 
     cluster.client().completions.create(model="pdserve-demo", prompt="label me", max_tokens=2)
     httpx.post(f"{cluster.url}/v1/completions", json={"model": "x", "prompt": "y"}, timeout=10)

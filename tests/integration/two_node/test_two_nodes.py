@@ -18,7 +18,7 @@ import psutil
 
 from pdserve.bench.fault_inject import FaultError, engine_cores
 from pdserve.cluster_procs import Scope, is_own_engine
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 from tests.integration.texts import text_of_words
 from tests.integration.two_node.conftest import PDSERVE, RAY_PORT, TwoNodes
 from tests.integration.two_node.netns import LINK

@@ -30,7 +30,7 @@ from pdserve.bench.fault_inject import FaultError, engine_cores, signal_engine
 from pdserve.bench.faults import FaultName, verdict
 from pdserve.bench.faults_config import FaultsConfig
 from pdserve.bench.faults_run import FaultRun, FaultRunner
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 from tests.integration.conftest import Cluster
 from tests.integration.texts import text_of_words
 from tests.integration.two_prefill.conftest import API_KEY, RAY_PORT_2P1D

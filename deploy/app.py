@@ -14,9 +14,10 @@ from ray import serve
 from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
 
-from pdserve.config import AutoscalingConfig, PdserveConfig, PoolConfig, parse_config
+from pdserve.config import AutoscalingConfig, PdserveConfig, parse_config
 from pdserve.decode_pool.server import DecodeServer
 from pdserve.names import PoolName
+from pdserve.pool_config import PoolConfig
 from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
 

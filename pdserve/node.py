@@ -17,8 +17,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from pdserve.config import PdserveConfig, PoolConfig
+from pdserve.config import PdserveConfig
 from pdserve.names import POOLS, PoolName
+from pdserve.pool_config import PoolConfig
 from pdserve.router.policy.strict import StrictModel
 
 # How much of its pool marker a node advertises: replicas ask for 1 each (deploy/*.yaml), so

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
-from pdserve.config import EngineConfig
+from pdserve.pool_config import EngineConfig
 
 TOKEN_ID_RANGE = (10, 1000)
 """Token ids in [10, 1000) are real vocabulary entries of any model, no specials: the warm-up

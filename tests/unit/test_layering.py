@@ -53,8 +53,7 @@ RULES = (
         "the engine host sits below router, profiler, benchmarks and simulator",
         covers=("pdserve/engine",),
         forbidden=("pdserve.router", "pdserve.profiling", "pdserve.bench", "pdserve.sim"),
-        why="shared names live in pdserve.names, the stats the engine reports in "
-        "pdserve.messages",
+        why="shared names live in pdserve.names, the stats the engine reports in pdserve.messages",
     ),
     Rule(
         "pools and KV transfer do not import the router",

@@ -12,7 +12,8 @@ from typing import Any
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import PhaseOutcome
-from pdserve.bench.report import BenchReport, PolicyReport, build_policy_report, request_result
+from pdserve.bench.report import BenchReport, PolicyReport
+from pdserve.bench.report_build import build_policy_report, request_result
 
 RUN_ONLY_OPTIONS = ("seed", "rounds", "json_path")
 """Bench options that may differ between pooled runs: each run's own draw, round count and

@@ -8,7 +8,7 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 
@@ -129,7 +129,7 @@ def test_replica_view_lists_both_pools(cluster: Cluster) -> None:
 
 def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> None:
     """The engines' own vllm: metrics of every replica, through Ray's per-node export."""
-    from tests.integration.conftest import RAY_METRICS_PORT
+    from tests.integration.cluster import RAY_METRICS_PORT
 
     cluster.client().completions.create(model="pdserve-demo", prompt="export me", max_tokens=2)
     deadline = time.monotonic() + 30

@@ -4,6 +4,11 @@ The shared names (`pdserve.names`) and the router <-> engine messages (`pdserve.
 the neutral ground; the router's policy package is the router's own, and the engine host sits
 below the router, the profiler, the benchmarks and the simulator. Each rule names the files it
 covers and the modules they must not import; a violation names the file, line and import.
+
+The scan sees direct imports only. Known and accepted: every layer reads the deployment config
+(pdserve.config), whose `router:` block is the router's own config (pdserve.router_config, with
+the routing policy's PolicyConfig and cost model, which the engines also use to price their
+queued prefills) and whose models derive from pdserve.router.policy.strict.StrictModel.
 """
 
 from __future__ import annotations

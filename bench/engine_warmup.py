@@ -25,10 +25,9 @@ from rich.table import Table
 
 from pdserve.config import PdserveConfig, load_config
 from pdserve.engine.args import engine_args
-from pdserve.engine.warmup import prefill_at_once, warm_up
+from pdserve.engine.warmup import TOKEN_ID_RANGE, prefill_at_once, warm_up
 from pdserve.model_source import resolve_model
-from pdserve.profiling.plan import TOKEN_ID_RANGE
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 app = typer.Typer(add_completion=False, help=__doc__)
 VARIANTS = ("prompt only", "prompt + burst")

@@ -19,7 +19,7 @@ import httpx
 import psutil
 
 from pdserve.cluster_procs import Scope, pool_engines
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 
 class FaultError(RuntimeError):

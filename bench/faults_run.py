@@ -36,9 +36,9 @@ from pdserve.bench.fault_inject import (
 from pdserve.bench.fault_load import SteadyLoad, completion_body, prompt_of_words, send_one
 from pdserve.bench.faults import FaultName, FaultRow, Outcome, markdown_table, summarize
 from pdserve.bench.faults_config import FaultsConfig
+from pdserve.names import PoolName
 from pdserve.router.auth import client_headers
 from pdserve.router.headers import POLICY_HEADER
-from pdserve.router.policy.types import PoolName
 
 KV_IDLE_SLACK = 1e-4
 """KV usage within this of its idle level counts as idle."""

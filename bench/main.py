@@ -30,7 +30,8 @@ from pdserve.bench.render import (
     stages_table,
     steps_table,
 )
-from pdserve.bench.report import BenchReport, build_report
+from pdserve.bench.report import BenchReport
+from pdserve.bench.report_build import build_report
 from pdserve.bench.runner import Runner, RunOutcome
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130

@@ -16,7 +16,7 @@ from pdserve.autoscaling.serve_policy import ITL_S, KV_USAGE
 from pdserve.decode_pool.stream import decode_stream
 from pdserve.engine.replica import PoolReplica
 from pdserve.messages import DecodeChunk, DecodeRequest, KVRelease
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 
 class DecodeServer(PoolReplica):

@@ -14,11 +14,12 @@ from ray import serve
 from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
 
-from pdserve.config import AutoscalingConfig, PdserveConfig, PoolConfig, parse_config
+from pdserve.config import AutoscalingConfig, PdserveConfig, parse_config
 from pdserve.decode_pool.server import DecodeServer
+from pdserve.names import PoolName
+from pdserve.pool_config import PoolConfig
 from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
-from pdserve.router.policy.types import PoolName
 
 # Ray gives the head node this resource (ray._common.constants.HEAD_NODE_RESOURCE_NAME).
 HEAD_NODE_RESOURCE = "node:__internal_head__"

@@ -10,7 +10,7 @@ from typing import Any
 
 from pdserve.config import PdserveConfig
 from pdserve.engine.queue_poll import QUEUE_BUSY_POLL_ENV
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 _KV_ROLE: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 

@@ -15,8 +15,8 @@ from rich.live import Live
 from rich.table import Table
 
 from pdserve.config import ConfigError, PdserveConfig, load_config
+from pdserve.names import POOLS, PoolName
 from pdserve.node import NodeSpec, parse_cores
-from pdserve.router.policy.types import POOLS, PoolName
 
 if TYPE_CHECKING:
     from pdserve.local_cluster import DeploymentProgress, StartedNode

@@ -1,11 +1,18 @@
 """Typed messages between the router and the engine servers (sent over Ray Serve handles).
 
-Plain frozen dataclasses: cheap to pickle, no string-keyed dicts across the boundary.
+Plain frozen dataclasses: cheap to pickle, no string-keyed dicts across the boundary. The
+requests and their answers come first (router → engine → router); then what an engine reports
+about itself: `EngineStats` (its load and cumulative counters) and `BucketCounts` (a histogram
+it measures, with the shared bounds `SECONDS_BUCKETS` / `BYTES_BUCKETS`), which the engine
+sends in its routing stats and the router sums per pool (router/engine_histograms.py). Both
+sides import these from here, so neither imports the other.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
+from typing import Any
 
 from pdserve.kv_transfer.params import KVHandoff
 
@@ -135,3 +142,68 @@ class DecodeChunk:
     """Set on the first chunk only: the decode engine's times for this request."""
     replica_id: str = ""
     """Set on the first chunk only: the decode replica that served it."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A point-in-time view of one engine; counters are cumulative since engine start.
+
+    Built by the engine's counters (pdserve.engine.stats) on demand; returned by a pool
+    replica's `stats()` (tests and operators read it through a handle) and read by the engine
+    server for its routing stats.
+    """
+
+    num_running_requests: int
+    num_waiting_requests: int
+    kv_cache_usage: float
+    prompt_tokens_computed_total: int
+    """Prompt tokens this engine computed itself."""
+    prompt_tokens_local_cache_hit_total: int
+    """Prompt tokens taken from this engine's own prefix cache."""
+    prompt_tokens_kv_transfer_total: int
+    """Prompt tokens whose KV arrived over NIXL from another engine."""
+    generation_tokens_total: int
+    """Output tokens this engine generated (an aborted request counts those made before it)."""
+    num_kv_transfers_total: int
+    num_kv_transfer_failures_total: int
+    """NIXL transfer, handshake and notification failures this engine saw."""
+    num_kv_expired_total: int
+    """Requests whose KV this (prefill) engine freed at the end of its lease, unpulled."""
+    kv_transfer_bytes_total: int
+    kv_transfer_seconds_total: float
+
+
+# Histogram bounds, shared by the router's own histograms and those the engines measure (a
+# report is summed only into a family with the same bounds). Seconds: 1 ms to 2 minutes;
+# bytes: 4 KiB to 4 GiB.
+SECONDS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0,
+)  # fmt: skip
+BYTES_BUCKETS = tuple(float(4096 * 4**i) for i in range(11))
+
+
+@dataclass
+class BucketCounts:
+    """Observations per bucket (`counts[i]`: values <= bounds[i] and > bounds[i-1]; the last
+    counts the values above every bound) and their sum. Not thread-safe.
+
+    An engine keeps one per measured histogram, cumulative since it started, and sends
+    `report()` in its routing stats; the router keeps per-pool totals in the same type.
+    """
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def report(self) -> dict[str, Any]:
+        """JSON-able form for the routing stats: `{"counts": [...], "sum": float}`."""
+        return {"counts": list(self.counts), "sum": self.sum}

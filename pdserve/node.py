@@ -17,9 +17,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from pdserve.config import PdserveConfig, PoolConfig
+from pdserve.config import PdserveConfig
+from pdserve.names import POOLS, PoolName
+from pdserve.pool_config import PoolConfig
 from pdserve.router.policy.strict import StrictModel
-from pdserve.router.policy.types import POOLS, PoolName
 
 # How much of its pool marker a node advertises: replicas ask for 1 each (deploy/*.yaml), so
 # this caps nothing a node's CPUs or GPUs would not cap first. The Helm chart uses the same.

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from pdserve.names import PolicyName
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.strict import StrictModel
-from pdserve.router.policy.types import PolicyName
 
 
 class AuthConfig(StrictModel):

@@ -12,8 +12,8 @@ from typing import ClassVar
 from pdserve.autoscaling.serve_policy import QUEUED_PREFILL_S
 from pdserve.engine.replica import PoolReplica
 from pdserve.messages import PrefillRequest, PrefillResult
+from pdserve.names import PoolName
 from pdserve.prefill_pool.produce import produce_kv
-from pdserve.router.policy.types import PoolName
 
 
 class PrefillServer(PoolReplica):

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from pdserve.autoscaling import store as scaling_store
 from pdserve.config import PdserveConfig
 from pdserve.model_source import resolve_model
+from pdserve.names import PoolName
 from pdserve.router.app import build_app
 from pdserve.router.auth import ApiKeys
 from pdserve.router.context.breaks import ConversationTracker
@@ -28,7 +29,6 @@ from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.types import PoolName
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.replica_view import ReplicaSource, ReplicaView

@@ -1,42 +1,20 @@
 """Histograms the engines measure themselves, summed per pool for the router's /metrics.
 
-An engine keeps `BucketCounts` (cumulative since it started, fixed bounds) and reports them in
-its routing stats; each router folds every replica's growth since the last scrape into its
-per-pool totals (`PoolHistogram`), exposed as a Prometheus histogram by a custom collector. A
-replaced replica has a new id and starts from its own counts, so the totals never decrease.
-Pure except for the prometheus_client metric family it yields.
+An engine keeps `BucketCounts` (pdserve.messages; cumulative since it started, fixed bounds) and
+reports them in its routing stats; each router folds every replica's growth since the last
+scrape into its per-pool totals (`PoolHistogram`), exposed as a Prometheus histogram by a custom
+collector. A replaced replica has a new id and starts from its own counts, so the totals never
+decrease. Pure except for the prometheus_client metric family it yields.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import HistogramMetricFamily
 
-
-@dataclass
-class BucketCounts:
-    """Observations per bucket (`counts[i]`: values <= bounds[i] and > bounds[i-1]; the last
-    counts the values above every bound) and their sum. Not thread-safe."""
-
-    bounds: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    sum: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.bounds) + 1)
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def report(self) -> dict[str, Any]:
-        """JSON-able form for the routing stats."""
-        return {"counts": list(self.counts), "sum": self.sum}
+from pdserve.messages import BucketCounts
 
 
 class PoolHistogram:

@@ -1,6 +1,6 @@
 """The HTTP header names pdserve reads and writes: their one home (pure constants).
 
-Who reads them: the router's HTTP layer (router/app.py), the benchmark client (bench/) and
+Who reads them: the router's HTTP layer (router/completions.py), the benchmark client (bench/) and
 `pdserve profile` (pdserve/profiling/), which parse the router's responses.
 """
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from pdserve.router.policy.types import POOLS as POOLS  # the {pool} label values
-
 MetricType = Literal["counter", "gauge", "histogram"]
 
-# Bounded label values only: never request ids or prompt text.
+# Bounded label values only: never request ids or prompt text (the {pool} values are
+# pdserve.names.POOLS).
 INPUT_BUCKETS = ("0-256", "256-1k", "1k-4k", "4k-16k", "16k+")
 DecisionLabel = Literal["remote_prefill", "local_prefill", "none"]
 DECISIONS: tuple[DecisionLabel, ...] = get_args(DecisionLabel)
@@ -30,14 +29,6 @@ class MetricSpec:
     measured_by_engines: bool = False
     """A histogram the engines measure and report in their routing stats under the name
     without its `pdserve_` prefix; the router sums it per pool (router/engine_histograms.py)."""
-
-
-# Histogram bounds. Seconds: 1 ms to 2 minutes; bytes: 4 KiB to 4 GiB.
-SECONDS_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    120.0,
-)  # fmt: skip
-BYTES_BUCKETS = tuple(float(4096 * 4**i) for i in range(11))
 
 
 CATALOG: tuple[MetricSpec, ...] = (

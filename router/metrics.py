@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from pdserve.messages import BYTES_BUCKETS, SECONDS_BUCKETS
 from pdserve.router.engine_histograms import PoolHistogram
-from pdserve.router.metric_catalog import BYTES_BUCKETS, CATALOG, SECONDS_BUCKETS, MetricSpec
+from pdserve.router.metric_catalog import CATALOG, MetricSpec
 
 
 class RouterMetrics:

@@ -22,13 +22,14 @@ from typing import Literal
 
 from pdserve.autoscaling.journal import PoolScaling
 from pdserve.messages import DecodeChunk, PrefillResult
+from pdserve.names import POOLS, PoolName
 from pdserve.router.context.breaks import CacheBreak, ConversationTracker
 from pdserve.router.context.cost import PromptCost, prompt_cost
 from pdserve.router.context.layout import PromptLayout
 from pdserve.router.metric_catalog import DecisionLabel, input_bucket
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import POOLS, Decision, PoolName
+from pdserve.router.policy.types import Decision
 from pdserve.router.timeline import Timeline
 from pdserve.router.tracing import RequestTracer
 

@@ -43,13 +43,14 @@ from pdserve.messages import (
     PrefillRequest,
     PrefillResult,
 )
+from pdserve.names import PolicyName, PoolName
 from pdserve.router.admission import AdmissionRejected
 from pdserve.router.deadlines import Budget, RequestDeadlines
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
 from pdserve.router.observe import FallbackReason, RequestObservation
 from pdserve.router.placement import Placer
-from pdserve.router.policy.types import Decision, NoReplicaError, PolicyName, PoolName
+from pdserve.router.policy.types import Decision, NoReplicaError
 from pdserve.router.prepare import PreparedRequest
 
 HEALTH_POLL_S = 0.5

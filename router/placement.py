@@ -12,19 +12,13 @@ import time
 from collections.abc import Callable
 
 from pdserve.config import AdmissionConfig
+from pdserve.names import PolicyName, PoolName
 from pdserve.router.admission import check_decode_streams, check_prefill_backlog
 from pdserve.router.block_hashes import block_hashes
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.state import OutstandingWork, with_open_streams
-from pdserve.router.policy.types import (
-    Decision,
-    NoReplicaError,
-    PolicyName,
-    PoolName,
-    ReplicaSnapshot,
-    RequestSummary,
-)
+from pdserve.router.policy.types import Decision, NoReplicaError, ReplicaSnapshot, RequestSummary
 from pdserve.router.replica_view import ReplicaView
 
 

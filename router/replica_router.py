@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar, cast, get_args
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 log = logging.getLogger("pdserve.router")
 

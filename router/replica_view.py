@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from pdserve.names import POOLS, PoolName
 from pdserve.router.kv_events import KVEventSubscriber
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.types import POOLS, PoolName, ReplicaSnapshot
+from pdserve.router.policy.types import ReplicaSnapshot
 
 
 class ReplicaSource(Protocol):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from pdserve.autoscaling.journal import PoolScaling
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 Reader = Callable[[str, PoolName], PoolScaling | None]
 

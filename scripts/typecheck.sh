@@ -18,7 +18,9 @@ done
 # and torch are huge and barely typed: mypy treats them as Any (pyproject [[tool.mypy.overrides]]).
 MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.config \
+  -m pdserve.pool_config \
   -m pdserve.router_config \
+  -m pdserve.names \
   -m pdserve.messages \
   -m pdserve.model_source \
   -m pdserve.node \

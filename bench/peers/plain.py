@@ -23,7 +23,7 @@ from pdserve.bench.peers.setups import (
     require_free,
     wait_ready,
 )
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 
 def api_server_args(engine_kwargs: dict[str, Any]) -> list[str]:

@@ -23,7 +23,7 @@ from pdserve.bench.peers.setups import (
     require_free,
     wait_ready,
 )
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 RAY_TEMP_DIR = "/tmp/ray-pdpeers"
 OBJECT_STORE_BYTES = 512 << 20

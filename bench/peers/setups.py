@@ -28,7 +28,7 @@ from pdserve.cluster_procs import terminate_then_kill
 from pdserve.config import PdserveConfig
 from pdserve.engine.args import engine_args
 from pdserve.kv_transfer.connector_config import engine_environment
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 Log = Callable[[str], None]
 START_TIMEOUT_S = 600.0

@@ -2,7 +2,8 @@
 
 values.schema.json has two owners: the chart's own keys (hand-written; their definitions are
 named `chart*`) and the `pdserve:` key, which is exactly `PdserveConfig.model_json_schema()`
-(its nested models live in `definitions`). Run after changing pdserve/config.py:
+(its nested models live in `definitions`). Run after changing the config
+(pdserve/config.py, pool_config.py, router_config.py):
 
     .venv/bin/python helm/pdserve/generate_schema.py          # rewrite the file
     .venv/bin/python helm/pdserve/generate_schema.py --check  # exit 1 if it is stale

@@ -6,8 +6,8 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
+from pdserve.names import PoolName
 from pdserve.router.policy.strict import StrictModel
-from pdserve.router.policy.types import PoolName
 
 
 class AutoscalingConfig(StrictModel):

@@ -15,7 +15,7 @@ from collections import deque
 from pydantic import BaseModel, ConfigDict
 
 from pdserve.autoscaling.policy import ScaleDecision
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 MAX_EVENTS = 20
 

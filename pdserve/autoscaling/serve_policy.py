@@ -26,7 +26,7 @@ from typing import Any
 from pdserve.autoscaling import store
 from pdserve.autoscaling.journal import PoolScaling, ScalingJournal
 from pdserve.autoscaling.policy import ScaleDecision, decode_replicas, prefill_replicas
-from pdserve.router.policy.types import POOLS, PoolName
+from pdserve.names import POOLS, PoolName
 
 QUEUED_PREFILL_S = "pdserve_queued_prefill_s"
 """Prefill replica: its queued prefill work in cost-model seconds."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from pdserve.autoscaling.journal import PoolScaling
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 NAMESPACE = "pdserve"
 

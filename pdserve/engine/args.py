@@ -6,7 +6,7 @@ from typing import Any
 
 from pdserve.config import PdserveConfig
 from pdserve.kv_transfer.connector_config import kv_transfer_config
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 
 
 def engine_args(

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 from pdserve.config import PdserveConfig
 from pdserve.engine.server import EngineServer
-from pdserve.engine.stats import EngineStats
+from pdserve.messages import EngineStats
 from pdserve.model_source import resolve_model
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
 from pdserve.serve_logs import log_to_serve
 
 

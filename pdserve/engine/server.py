@@ -25,7 +25,7 @@ from pdserve.engine.liveness import EngineLiveness
 from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.pinning import pin_engine_threads
 from pdserve.engine.start_deadline import EngineStartTimeoutError, StartDeadline
-from pdserve.engine.stats import EngineCounters, EngineStats, stat_logger_factory
+from pdserve.engine.stats import EngineCounters, stat_logger_factory
 from pdserve.engine.warmup import warm_up
 from pdserve.kv_transfer.connector_config import (
     engine_environment,
@@ -33,9 +33,9 @@ from pdserve.kv_transfer.connector_config import (
     side_channel_host,
 )
 from pdserve.kv_transfer.ports import pick_free_port
-from pdserve.messages import EngineTimes
+from pdserve.messages import EngineStats, EngineTimes
+from pdserve.names import PoolName
 from pdserve.node import advertised_address
-from pdserve.router.policy.types import PoolName
 
 log = logging.getLogger("pdserve.engine")
 
@@ -345,7 +345,8 @@ class EngineServer:
             "kv_events_endpoint": self.kv_events_endpoint,
             "kv_transfer_failures_total": s.num_kv_transfer_failures_total,
             "kv_expired_total": s.num_kv_expired_total,
-            # Engine-measured histograms (router/engine_histograms.py), cumulative.
+            # Engine-measured histograms (pdserve.messages.BucketCounts), cumulative; the router
+            # sums them per pool (router/engine_histograms.py).
             "kv_transfer_seconds": self._counters.kv_transfer_seconds.report(),
             "kv_transfer_bytes": self._counters.kv_transfer_bytes.report(),
         }

@@ -1,40 +1,15 @@
 """Engine counters, fed by vLLM's stat-logger hook (`AsyncLLM(stat_loggers=[...])`).
 
 vLLM calls `record()` from the engine's output loop after every step, in the replica process.
-`EngineCounters` is owned by the engine server and read by it on demand (`snapshot()`).
+`EngineCounters` is owned by the engine server and read by it on demand (`snapshot()`, an
+`EngineStats` message; the histograms as `BucketCounts`, both from pdserve.messages).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from pdserve.router.engine_histograms import BucketCounts
-from pdserve.router.metric_catalog import BYTES_BUCKETS, SECONDS_BUCKETS
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    """A point-in-time view of one engine; counters are cumulative since engine start."""
-
-    num_running_requests: int
-    num_waiting_requests: int
-    kv_cache_usage: float
-    prompt_tokens_computed_total: int
-    """Prompt tokens this engine computed itself."""
-    prompt_tokens_local_cache_hit_total: int
-    """Prompt tokens taken from this engine's own prefix cache."""
-    prompt_tokens_kv_transfer_total: int
-    """Prompt tokens whose KV arrived over NIXL from another engine."""
-    generation_tokens_total: int
-    """Output tokens this engine generated (an aborted request counts those made before it)."""
-    num_kv_transfers_total: int
-    num_kv_transfer_failures_total: int
-    """NIXL transfer, handshake and notification failures this engine saw."""
-    num_kv_expired_total: int
-    """Requests whose KV this (prefill) engine freed at the end of its lease, unpulled."""
-    kv_transfer_bytes_total: int
-    kv_transfer_seconds_total: float
+from pdserve.messages import BYTES_BUCKETS, SECONDS_BUCKETS, BucketCounts, EngineStats
 
 
 class EngineCounters:

@@ -12,12 +12,16 @@ import dataclasses
 import time
 from typing import Any
 
-from pdserve.config import EngineConfig
-from pdserve.profiling.plan import TOKEN_ID_RANGE
+from pdserve.pool_config import EngineConfig
+
+TOKEN_ID_RANGE = (10, 1000)
+"""Token ids in [10, 1000) are real vocabulary entries of any model, no specials: the warm-up
+prompts cycle through them, and `pdserve profile` (pdserve.profiling.plan) and the benchmarks
+draw random prompts from them."""
 
 
 def warmup_token_ids(num_tokens: int, first: int = 0) -> list[int]:
-    """A warm-up prompt: `num_tokens` ids cycling through the profiler's TOKEN_ID_RANGE
+    """A warm-up prompt: `num_tokens` ids cycling through TOKEN_ID_RANGE
     (ordinary vocabulary entries of any model, no special tokens), starting `first` ids into
     the range. Prompts with different `first` (below the range's size) differ in their first
     id, so they share no prefix-cache block."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from pdserve.engine.warmup import TOKEN_ID_RANGE
+
 FULL_PREFILL_TOKENS = (64, 256, 512, 1024, 2048, 3072)
 QUICK_PREFILL_TOKENS = (64, 512, 2048)
 LOCAL_PREFILL_TOKENS = (32, 64, 96)
@@ -26,8 +28,6 @@ DECODE_OUTPUT_TOKENS = 64
 DECODE_UNIQUE_SUFFIX_TOKENS = 32
 """Each stream of a decode batch = the batch's shared prefix + this many tokens of its own."""
 WARMUP_REQUESTS = 4
-TOKEN_ID_RANGE = (10, 1000)
-"""Random prompt token ids are drawn from [10, 1000): real vocabulary entries, no specials."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +118,9 @@ def make_plan(
 
 
 def random_tokens(rng: random.Random, n: int) -> list[int]:
-    """`n` random token ids in TOKEN_ID_RANGE. Two such prompts share a whole KV block (16+
-    tokens) with negligible probability, so a fresh prompt gets no prefix-cache hit."""
+    """`n` random token ids in TOKEN_ID_RANGE (the engine warm-up's vocabulary range). Two such
+    prompts share a whole KV block (16+ tokens) with negligible probability, so a fresh prompt
+    gets no prefix-cache hit."""
     lo, hi = TOKEN_ID_RANGE
     return [rng.randrange(lo, hi) for _ in range(n)]
 

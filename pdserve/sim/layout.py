@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdserve.config import PdserveConfig
+from pdserve.names import PoolName
 from pdserve.router.policy.config import PolicyConfig
-from pdserve.router.policy.types import PoolName
 from pdserve.sim.engine import EngineLimits
 
 CPU_BLOCK_TOKENS = 128

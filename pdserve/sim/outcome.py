@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pdserve.router.policy.types import Decision
+from pdserve.router.policy import Decision
 from pdserve.sim.engine import Seq
 from pdserve.sim.workload import SimRequest
 

@@ -37,10 +37,11 @@ import heapq
 import itertools
 from collections.abc import Callable, Sequence
 
+from pdserve.names import PolicyName, PoolName
+from pdserve.router.policy import ReplicaSnapshot, RequestSummary
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.policy.state import OutstandingWork, with_open_streams
-from pdserve.router.policy.types import PolicyName, PoolName, ReplicaSnapshot, RequestSummary
 from pdserve.sim.engine import Seq, SimEngine, Step
 from pdserve.sim.host import HostEffects
 from pdserve.sim.intake import Intake, ReplicaIntake

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdserve.router.metric_catalog import DECISIONS, INPUT_BUCKETS, POOLS
+from pdserve.names import POOLS
+from pdserve.router.metric_catalog import DECISIONS, INPUT_BUCKETS
 from pdserve.top.bandwidth import (
     BandwidthVerdict,
     FabricPoint,

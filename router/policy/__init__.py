@@ -2,7 +2,8 @@
 prefill replica (or none: prefill locally on decode), which decode replica, and which engine
 priority.
 
-Reading path: types.py (the data in and out) → pipeline.py (`RoutingPolicy.decide`, the whole
+Reading path: types.py (the data in and out; the pool and policy names come from
+`pdserve.names`) → pipeline.py (`RoutingPolicy.decide`, the whole
 flow) → plugins.py (filters, scorers, picker, decider, priority) → cost_model.py (prefill
 seconds) → prefix_index.py (who holds which prefix blocks) → state.py (in-flight prefills,
 aging) → config.py (`PolicyConfig`, on strict.py's `StrictModel`). README.md explains the flow
@@ -18,8 +19,6 @@ from pdserve.router.policy.types import (
     Candidate,
     Decision,
     NoReplicaError,
-    PolicyName,
-    PoolName,
     ReplicaSnapshot,
     RequestSummary,
 )
@@ -34,8 +33,6 @@ __all__ = [
     "NoReplicaError",
     "OutstandingWork",
     "PolicyConfig",
-    "PolicyName",
-    "PoolName",
     "PrefillSample",
     "PrefixIndex",
     "PrefixIndexMode",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from pdserve.names import PolicyName, PoolName
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights
 from pdserve.router.policy.plugins import (
     Filter,
@@ -43,8 +44,6 @@ from pdserve.router.policy.types import (
     Candidate,
     Decision,
     NoReplicaError,
-    PolicyName,
-    PoolName,
     ReplicaSnapshot,
     RequestSummary,
 )

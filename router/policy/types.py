@@ -3,22 +3,15 @@
 The router builds a `RequestSummary` once per request (after tokenizing) and keeps a
 `ReplicaSnapshot` per replica, refreshed from the replicas' routing stats. The policy turns
 them into `Candidate`s (a replica evaluated for one request) and returns one `Decision`.
+The pool and policy names (`PoolName`, `POOLS`, `PolicyName`) live in `pdserve.names`, shared by
+every layer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
 
-PolicyName = Literal["round_robin", "least_loaded", "pdserve"]
-"""Which routing policy decides: two baselines, or pdserve's cost- and cache-aware pipeline."""
-
-PoolName = Literal["prefill", "decode"]
-"""A pool, and the role of an engine in it: the one name for this pair across pdserve (the
-policy's snapshots, the replica view, the engines' KV-connector role)."""
-
-POOLS: tuple[PoolName, ...] = get_args(PoolName)
-"""Every pool, in the order pdserve lists them (prefill, then decode)."""
+from pdserve.names import POOLS, PolicyName, PoolName
 
 
 class NoReplicaError(RuntimeError):

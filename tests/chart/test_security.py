@@ -20,7 +20,7 @@ from tests.chart.helpers import (
     render,
     validate_object,
 )
-from tests.chart.test_render import IDS, VARIANTS
+from tests.chart.variants import IDS, VARIANTS
 
 UID = GID = 1000
 RUNTIME_DEFAULT = {"type": "RuntimeDefault"}

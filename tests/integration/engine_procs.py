@@ -7,7 +7,7 @@ import time
 import psutil
 
 from pdserve.cluster_procs import Scope, pool_engines
-from tests.integration.conftest import RAY_PORT
+from tests.integration.cluster import RAY_PORT
 
 
 def engine_processes(role: str, timeout_s: float = 60.0) -> list[psutil.Process]:

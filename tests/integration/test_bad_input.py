@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 CHAT = "/v1/chat/completions"

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.engine_procs import engine_processes
 from tests.integration.texts import text_of_words
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 

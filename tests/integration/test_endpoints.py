@@ -8,7 +8,7 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 
@@ -129,7 +129,7 @@ def test_replica_view_lists_both_pools(cluster: Cluster) -> None:
 
 def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> None:
     """The engines' own vllm: metrics of every replica, through Ray's per-node export."""
-    from tests.integration.conftest import RAY_METRICS_PORT
+    from tests.integration.cluster import RAY_METRICS_PORT
 
     cluster.client().completions.create(model="pdserve-demo", prompt="export me", max_tokens=2)
     deadline = time.monotonic() + 30
@@ -145,8 +145,9 @@ def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> 
 
 
 def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -> None:
+    from pdserve.names import POOLS
     from pdserve.router.context.layout import PARTS
-    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS, POOLS
+    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS
 
     cluster.client().completions.create(model="pdserve-demo", prompt="label me", max_tokens=2)
     httpx.post(f"{cluster.url}/v1/completions", json={"model": "x", "prompt": "y"}, timeout=10)

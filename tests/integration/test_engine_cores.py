@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.engine_procs import engine_processes
 
 

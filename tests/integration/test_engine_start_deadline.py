@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from pdserve import cluster_procs
-from tests.integration.conftest import PDSERVE, ROOT, run_up, stop_cluster
+from tests.integration.cluster import PDSERVE, ROOT, run_up, stop_cluster
 
 ROUTER_PORT = 14450
 RAY_PORT = 6394

@@ -6,7 +6,7 @@ caches before any client sent anything."""
 from __future__ import annotations
 
 from pdserve.engine.warmup import warmup_token_ids
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 
 PROBE_TOKENS = 1024
 BLOCK_TOKENS = 128  # the CPU engines' KV block

@@ -30,7 +30,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 
 DEFAULT_EXAMPLES = 500
 MAX_GENERATED_TOKENS = 8

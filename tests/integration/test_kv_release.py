@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from pdserve.messages import KVRelease, PrefillRequest, PrefillResult
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 _ids = itertools.count()

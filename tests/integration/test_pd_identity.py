@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 MAX_TOKENS = 24

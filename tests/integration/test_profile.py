@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 
 from pdserve.sim.profile import SimProfile
-from tests.integration.conftest import PDSERVE, ROOT, Cluster
+from tests.integration.cluster import PDSERVE, ROOT, Cluster
 
 
 def test_profile_measures_the_prefill_line_and_the_local_path(

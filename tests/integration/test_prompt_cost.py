@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 MODEL = "pdserve-demo"

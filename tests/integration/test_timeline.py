@@ -12,7 +12,7 @@ import time
 import httpx
 
 from pdserve.router.timeline import STAGES
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.kv_size import kv_bytes_per_token
 from tests.integration.texts import text_of_words
 

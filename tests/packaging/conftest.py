@@ -3,9 +3,6 @@ venv (built once per session; ~10 s)."""
 
 from __future__ import annotations
 
-import dataclasses
-import pathlib
-
 import pytest
 
 from tests.packaging import fresh_venv
@@ -17,15 +14,7 @@ from tests.packaging.build_context import (
     materialize,
 )
 from tests.packaging.dockerfiles import Dockerfile
-
-
-@dataclasses.dataclass(frozen=True)
-class FreshInstall:
-    """pdserve as Dockerfile.cpu's install step would build it."""
-
-    project_dir: pathlib.Path  # a copy of the image's install folder (/opt/pdserve)
-    wheel: pathlib.Path
-    python: pathlib.Path  # the fresh venv's interpreter
+from tests.packaging.fresh_venv import FreshInstall
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ fresh venv's copy. Tests assert that, never assume it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -17,6 +18,16 @@ import sys
 import sysconfig
 from collections.abc import Sequence
 from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class FreshInstall:
+    """pdserve as Dockerfile.cpu's install step would build it."""
+
+    project_dir: pathlib.Path  # a copy of the image's install folder (/opt/pdserve)
+    wheel: pathlib.Path
+    python: pathlib.Path  # the fresh venv's interpreter
+
 
 # Runs inside the fresh venv: import every module the installed pdserve has, load its entry
 # points, and write what happened as JSON to argv[1]. Errors are collected, not raised, so one

@@ -30,8 +30,8 @@ from tests.packaging.build_context import (
     package_dirs,
     pyproject,
 )
-from tests.packaging.conftest import FreshInstall
 from tests.packaging.dockerfiles import Dockerfile
+from tests.packaging.fresh_venv import FreshInstall
 
 # Modules that cannot be imported without a GPU/CUDA, each with the reason. Empty: vLLM, torch
 # and NIXL are imported lazily or work on CPU, so every pdserve module imports on this CPU

@@ -1,5 +1,5 @@
 """`pdserve profile --pool`: reading earlier reports, pooling their samples, and the command
-fitting on this run's samples and theirs together (mock router of test_profiling.py)."""
+fitting on this run's samples and theirs together (the mock router of profiling_helpers.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pdserve.profiling.pool import ProfileSamples, pooled, read_report
 from pdserve.profiling.report import mean_abs_error_prefill, pool_drift_warning
 from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSample
 from pdserve.sim.profile import SimProfile
-from tests.unit.test_profiling import REPO, TRUE, _invoke, _router
+from tests.unit.profiling_helpers import REPO, TRUE, invoke_profile, mock_router
 
 RECORDED = REPO / "bench" / "results"
 QUICK = ("--quick", "--repeats", "1", "--config", str(REPO / "deploy" / "local.yaml"))
@@ -64,7 +64,7 @@ def test_read_report_names_the_file(tmp_path: pathlib.Path) -> None:
 
 def _run(transport: httpx.MockTransport, *args: str) -> Any:
     with pytest.MonkeyPatch.context() as patch:
-        return _invoke(patch, transport, *args)
+        return invoke_profile(patch, transport, *args)
 
 
 def _earlier_report(
@@ -74,7 +74,7 @@ def _earlier_report(
     `prefill_factor` (a host that was that much slower while it was profiled), its decode
     steps by `decode_factor`."""
     path = tmp_path / f"earlier-{prefill_factor}{tag}.json"
-    result = _run(_router(cold_tokens=128), *QUICK, "--json", str(path))
+    result = _run(mock_router(cold_tokens=128), *QUICK, "--json", str(path))
     assert result.exit_code == 0, result.output
     doc = json.loads(path.read_text())
     for sample in doc["prefill_samples"]:
@@ -92,7 +92,7 @@ def test_profile_fits_on_this_run_and_the_pooled_reports(tmp_path: pathlib.Path)
     earlier = _earlier_report(tmp_path, prefill_factor=3.0)
     out, sim = tmp_path / "now.json", tmp_path / "sim.json"
     args = (*QUICK, "--pool", str(earlier), "--json", str(out), "--sim-profile", str(sim))
-    result = _run(_router(cold_tokens=128), *args)
+    result = _run(mock_router(cold_tokens=128), *args)
     assert result.exit_code == 0, result.output
     now, before = json.loads(out.read_text()), json.loads(earlier.read_text())
     # This run's samples only, the pool named; the coefficients are the pool's.
@@ -126,14 +126,14 @@ def test_profile_fits_on_this_run_and_the_pooled_reports(tmp_path: pathlib.Path)
     assert round(pooled_error * 100) != round(alone_error * 100)
     # Pooled with itself unchanged, a run fits TRUE again: the pool changes only the samples.
     same = _earlier_report(tmp_path, prefill_factor=1.0)
-    result = _run(_router(cold_tokens=128), *QUICK, "--pool", str(same))
+    result = _run(mock_router(cold_tokens=128), *QUICK, "--pool", str(same))
     assert result.exit_code == 0, result.output
     assert f"fixed_overhead_s: {TRUE.fixed_overhead_s}" in result.output
 
 
 def test_profile_pool_errors_exit_2(tmp_path: pathlib.Path) -> None:
     sent: list[str] = []
-    router = _router(cold_tokens=128)
+    router = mock_router(cold_tokens=128)
 
     def record(request: httpx.Request) -> httpx.Response:
         sent.append(request.url.path)
@@ -147,7 +147,7 @@ def test_profile_pool_errors_exit_2(tmp_path: pathlib.Path) -> None:
     other = _earlier_report(tmp_path, prefill_factor=1.0)
     doc = json.loads(other.read_text())
     other.write_text(json.dumps({**doc, "model": "another-model"}))
-    result = _run(_router(cold_tokens=128), *QUICK, "--pool", str(other))
+    result = _run(mock_router(cold_tokens=128), *QUICK, "--pool", str(other))
     assert result.exit_code == 2
     assert "cannot pool: the profiles measured different models" in " ".join(result.output.split())
 
@@ -178,7 +178,7 @@ def test_profile_warns_when_this_run_is_far_off_the_pool(tmp_path: pathlib.Path)
     args = [*QUICK, "--json", str(out)]
     for path in pool:
         args += ["--pool", str(path)]
-    result = _run(_router(cold_tokens=128), *args)
+    result = _run(mock_router(cold_tokens=128), *args)
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["pooled_with"] == [str(p) for p in pool]
     text = " ".join(result.output.split())

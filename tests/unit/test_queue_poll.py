@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdserve.config import CPU_QUEUE_BUSY_POLL_S, PdserveConfig
+from pdserve.config import PdserveConfig
 from pdserve.engine.queue_poll import QUEUE_BUSY_POLL_ENV, cap_busy_poll, register
 from pdserve.kv_transfer.connector_config import engine_environment
+from pdserve.pool_config import CPU_QUEUE_BUSY_POLL_S
 
 _ADDRESSES = itertools.count()
 GPU = {"platform": "cuda", "prefill": {"num_gpus": 1}, "decode": {"num_gpus": 1}}

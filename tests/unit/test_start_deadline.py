@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from pdserve.config import PoolConfig
 from pdserve.engine.start_deadline import StartDeadline
+from pdserve.pool_config import PoolConfig
 
 
 @pytest.fixture

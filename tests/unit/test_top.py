@@ -11,8 +11,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from pdserve.autoscaling.journal import PoolScaling, ScaleEvent
-from pdserve.router.engine_histograms import BucketCounts
-from pdserve.router.metric_catalog import BYTES_BUCKETS, SECONDS_BUCKETS
+from pdserve.messages import BYTES_BUCKETS, SECONDS_BUCKETS, BucketCounts
 from pdserve.router.metrics import RouterMetrics
 from pdserve.top import cli as top_cli
 from pdserve.top.bandwidth import (

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import Cluster, package_cluster
-
-ROUTER_PORT_AGG = 14500
-RAY_PORT_AGG = 6399
-RAY_METRICS_PORT_AGG = 8087
+from tests.integration.aggregated.settings import (
+    RAY_METRICS_PORT_AGG,
+    RAY_PORT_AGG,
+    ROUTER_PORT_AGG,
+)
+from tests.integration.cluster import Cluster, package_cluster
 
 
 @pytest.fixture(scope="package")

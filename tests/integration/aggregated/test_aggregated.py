@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from pdserve.cluster_procs import Scope, pool_engines
-from tests.integration.aggregated.conftest import RAY_PORT_AGG
-from tests.integration.conftest import Cluster
+from tests.integration.aggregated.settings import RAY_PORT_AGG
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 MAX_TOKENS = 16

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import Cluster, package_cluster
+from tests.integration.cluster import Cluster, package_cluster
 
 RAY_PORT_AUTOSCALE = 6398
 ROUTER_PORT_AUTOSCALE = 14400

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 
 SCALE_UP_WITHIN_S = 420

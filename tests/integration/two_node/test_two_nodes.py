@@ -18,10 +18,11 @@ import psutil
 
 from pdserve.bench.fault_inject import FaultError, engine_cores
 from pdserve.cluster_procs import Scope, is_own_engine
-from pdserve.router.policy.types import PoolName
+from pdserve.names import PoolName
+from tests.integration.cluster import PDSERVE
 from tests.integration.texts import text_of_words
-from tests.integration.two_node.conftest import PDSERVE, RAY_PORT, TwoNodes
 from tests.integration.two_node.netns import LINK
+from tests.integration.two_node.nodes import RAY_PORT, TwoNodes
 
 MAX_TOKENS = 16
 PROBE = [sys.executable, "-m", "tests.integration.two_node.probe"]

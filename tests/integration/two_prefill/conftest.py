@@ -9,12 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import Cluster, package_cluster
-
-API_KEY = "sk-pdserve-test-4f1c"
-RAY_PORT_2P1D = 6396
-ROUTER_PORT_2P1D = 14200
-RAY_METRICS_PORT_2P1D = 8084
+from tests.integration.cluster import Cluster, package_cluster
+from tests.integration.two_prefill.settings import (
+    API_KEY,
+    RAY_METRICS_PORT_2P1D,
+    RAY_PORT_2P1D,
+    ROUTER_PORT_2P1D,
+)
 
 
 @pytest.fixture(scope="package")

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
-from tests.integration.two_prefill.conftest import API_KEY
+from tests.integration.two_prefill.settings import API_KEY
 
 
 def _chat(http: httpx.Client, messages: list[dict[str, str]], policy: str) -> httpx.Response:

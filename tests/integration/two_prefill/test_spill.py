@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 
 from pdserve.bench.fault_inject import engine_cores, signal_engine
-from tests.integration.conftest import Cluster
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
-from tests.integration.two_prefill.conftest import RAY_PORT_2P1D
+from tests.integration.two_prefill.settings import RAY_PORT_2P1D
 
 
 def _complete(http: httpx.Client, prompt: str, policy: str) -> httpx.Response:

@@ -30,10 +30,10 @@ from pdserve.bench.fault_inject import FaultError, engine_cores, signal_engine
 from pdserve.bench.faults import FaultName, verdict
 from pdserve.bench.faults_config import FaultsConfig
 from pdserve.bench.faults_run import FaultRun, FaultRunner
-from pdserve.router.policy.types import PoolName
-from tests.integration.conftest import Cluster
+from pdserve.names import PoolName
+from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
-from tests.integration.two_prefill.conftest import API_KEY, RAY_PORT_2P1D
+from tests.integration.two_prefill.settings import API_KEY, RAY_PORT_2P1D
 
 ENGINE_START_S = 480
 """Longest a replaced replica may take to serve, from the fault (a frozen engine is declared

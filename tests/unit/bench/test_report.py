@@ -12,13 +12,8 @@ from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import CacheBreakRecord, PhaseOutcome, PromptCostRecord, RequestResult
 from pdserve.bench.prompts import Calibration
 from pdserve.bench.render import parts_table, steps_table
-from pdserve.bench.report import (
-    BenchReport,
-    build_metrics,
-    build_report,
-    compute_ratios,
-    is_good,
-)
+from pdserve.bench.report import BenchReport, build_metrics, is_good
+from pdserve.bench.report_build import build_report, compute_ratios
 
 
 def _result(i: int, **kw: Any) -> RequestResult:

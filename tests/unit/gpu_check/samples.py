@@ -7,7 +7,7 @@ from typing import Any
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.gpu_check.identity import Comparison, report
 from pdserve.bench.models import PhaseOutcome, RequestResult
-from pdserve.bench.report import build_report
+from pdserve.bench.report_build import build_report
 from pdserve.kv_transfer.fabric_check.fabric import evaluate
 from pdserve.kv_transfer.fabric_check.report import Report, build_row, to_json
 from pdserve.kv_transfer.fabric_check.stats import summarize

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pdserve.router.policy import Candidate, PoolName, ReplicaSnapshot, RequestSummary
+from pdserve.names import PoolName
+from pdserve.router.policy import Candidate, ReplicaSnapshot, RequestSummary
 
 BLOCK = 128
 

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pdserve.router.policy import (
-    NoReplicaError,
-    OutstandingWork,
-    PolicyName,
-    PrefixIndex,
-    RoutingPolicy,
-)
+from pdserve.names import PolicyName
+from pdserve.router.policy import NoReplicaError, OutstandingWork, PrefixIndex, RoutingPolicy
 from tests.unit.policy.factories import BLOCK, hashes, req, snap
 
 DECODE = [snap("d0", "decode"), snap("d1", "decode")]

@@ -6,11 +6,11 @@ from typing import Any, cast
 
 import pytest
 
+from pdserve.names import PolicyName
 from pdserve.router.policy import (
     NoReplicaError,
     OutstandingWork,
     PolicyConfig,
-    PolicyName,
     PrefixIndex,
     ReplicaSnapshot,
     RoutingPolicy,

@@ -10,7 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pdserve.engine.stats import EngineCounters
-from pdserve.router.engine_histograms import BucketCounts, PoolHistogram
+from pdserve.messages import BucketCounts
+from pdserve.router.engine_histograms import PoolHistogram
 from pdserve.router.metrics import RouterMetrics
 
 BOUNDS = (0.01, 0.1, 1.0)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from pdserve.autoscaling.journal import PoolScaling, ScaleEvent
+from pdserve.names import PoolName
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
-from pdserve.router.policy.types import PoolName
 from pdserve.router.scaling import ScalingView
 
 

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import PhaseOutcome
-from pdserve.bench.report import BenchReport, build_policy_report, compute_ratios
+from pdserve.bench.report import BenchReport
+from pdserve.bench.report_build import build_policy_report, compute_ratios
 from pdserve.config import load_config
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.cost_model import CostModel

@@ -1,8 +1,9 @@
 """Several `pdserve bench --json` runs of one workload and one set of deployments as one run
 (pure): their rounds one after another, every percentile recomputed over all their requests
 from the requests the reports kept. For `pdserve tune --fit-on RUN --fit-on RUN2`: a fit on
-pilots benched at different times stands on more of the host's minutes (bench/RESULTS.md,
-run AN: two pilots twenty minutes apart differed by about the bound on a p50).
+pilots benched at different times stands on more of the host's minutes (on this project's
+VM two pilots twenty minutes apart differed by about the bound on a p50; notes in the git
+history of bench/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -12,14 +12,27 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
+_ANSI_RESET = "\x1b[0m"
+
+
+def _literal(text: str) -> str:
+    """Help text that `--help` shows as written. Typer renders option help as rich markup,
+    where `:100:` in `uniform:100:2000` is an emoji code (shown as 💯) and `[...]` a style tag;
+    help holding an ANSI escape is read as ANSI text instead, which has neither. The trailing
+    reset changes no style; without rich, click prints it (invisible) or strips it (no tty)."""
+    return text + _ANSI_RESET
+
 
 def _option(config: type[BaseModel], field: str, flag: str | None, extra: str = "") -> Any:
-    """A typer option whose help is the config field's description and default."""
+    """A typer option whose help is the config field's description and default, shown
+    literally (`_literal`)."""
     info = config.model_fields[field]
     shown = ",".join(map(str, info.default)) if isinstance(info.default, tuple) else info.default
-    default = "" if info.default in (None, False, ()) else f" (default: {shown})"
+    hidden = info.default is None or info.default is False or info.default == ()
+    default = "" if hidden else f" (default: {shown})"
     name = flag or "--" + field.replace("_", "-")
-    return typer.Option(name, help=f"{info.description}{extra}{default}", show_default=False)
+    help_text = _literal(f"{info.description}{extra}{default}")
+    return typer.Option(name, help=help_text, show_default=False)
 
 
 def _invalid_options(console: Any, errors: Any) -> None:

@@ -78,7 +78,8 @@ class EngineConfig(StrictModel):
             "one (vLLM's built-in 1 s: both spin, calling sched_yield, for a second after "
             "every step). On CPU the spinning processes took the cores from the router, the "
             "replicas and the clients for up to a second at a time (machine-wide freezes "
-            "under bursts; bench/RESULTS.md). None = 0.02 s on CPU, vLLM's 1 s on GPU."
+            "under bursts; bench/RESULTS.md, 'CPU-host effects we measured and fixed'). "
+            "None = 0.02 s on CPU, vLLM's 1 s on GPU."
         ),
     )
     warmup_prompt_tokens: int | None = Field(
@@ -88,7 +89,7 @@ class EngineConfig(StrictModel):
             "Before the replica reports ready, its engine prefills one prompt of this many "
             "tokens (max_tokens 1), so no client request pays for the engine's first step of "
             "a new largest size: on CPU the first prompt longer than any before it prefilled "
-            "5-10x slower than the next one (1,500 tokens: 191 against 20 ms; bench/RESULTS.md), "
+            "several times slower than the next one (bench/RESULTS.md, 'Engine warm-up'), "
             "and shorter ones after it were not slow. None = the longest prompt the model "
             "takes (model.max_model_len_tokens - 1) on CPU, 0 (none) on GPU, where vLLM's "
             "start-up profile run and graph capture do this; at most max_model_len_tokens - 1."
@@ -104,7 +105,7 @@ class EngineConfig(StrictModel):
             "the token budget with several sequences and splits one, then the split one's "
             "rest, so a client's first burst of long prompts is not the engine's first such "
             "step. On the CPU host it was measured on, it changed no latency measurably either "
-            "way (bench/RESULTS.md, 'A warm-up burst in the engines'). 0 = none; runs only "
+            "way (bench/RESULTS.md, 'Engine warm-up'). 0 = none; runs only "
             "when the warm-up prompt does (warmup_prompt_tokens > 0)."
         ),
     )

@@ -73,7 +73,8 @@ def load_vllm_event_types() -> None:
     replica's constructor returns, and the collector never scans frozen objects again. Left
     to the first subscriber, the import stalled the first /ready for 3.5 s and the objects it
     made set off 150-400 ms full collections about ten seconds into the first load
-    (bench/RESULTS.md, "The router's garbage collector and a blocking import")."""
+    (bench/RESULTS.md, "CPU-host effects we measured and fixed"; the measurements are in its
+    git history)."""
     import vllm.distributed.kv_events  # noqa: F401
 
 

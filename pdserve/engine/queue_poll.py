@@ -8,7 +8,8 @@ built in) before it sleeps on a socket until the next message. On a GPU node tha
 host core per engine and saves microseconds. On a small CPU host the worker and the scheduler
 of every engine spin after each step; under a burst the spinners held both cores of the
 2-core test machine while the router, the replicas and the clients stood still for up to a
-second at a time (bench/RESULTS.md, "vLLM's busy-polling engines").
+second at a time (bench/RESULTS.md, "CPU-host effects we measured and fixed"; the
+measurements are in its git history).
 
 `PDSERVE_ENGINE_QUEUE_BUSY_POLL_S=SECONDS` (set by the engine server from the pool's
 `engine.queue_busy_poll_seconds`, 0.02 s on CPU by default) caps that window in every engine

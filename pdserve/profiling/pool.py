@@ -3,7 +3,8 @@
 A profile takes seconds, so it measures the host of one moment. On a shared CPU host the
 engines' idle speed wanders by more than its fit error between moments: three profiles of one VM
 within two hours fitted decode steps 1.7x apart at 16 sequences, while the loaded runs after
-them served alike (bench/RESULTS.md, "Pooled profiles"). Fitting one model on the samples of
+them served alike (measured on this project's VM; the notes are in the git history of
+bench/RESULTS.md). Fitting one model on the samples of
 several profiles taken at different times averages the moments out. `pdserve profile --pool
 EARLIER.json` reads earlier runs' `--json` reports with `read_report` and fits on `pooled`.
 """

@@ -111,11 +111,12 @@ def mean_abs_error_decode(samples: Sequence[DecodeSample], model: CostModel) -> 
 
 POOL_DRIFT_WARN = 0.25
 """How far this run's decode samples may sit from the pooled fit (mean |relative error|)
-before `pdserve profile --pool` warns. On this project's VM (bench/RESULTS.md, "Run AF") runs
-Y-AE's profiles sat 11-23 % off the pools they were fitted into. Two went further, for the two
-different reasons the warning names: run X's profile, 35 % fast, caught the engines at an
-odd moment (the run then served as the pool said), and run AF's, 27 % slow, caught a slow host
-that stayed slow through the run, so every prediction from the pool came out too fast."""
+before `pdserve profile --pool` warns. On this project's VM (notes in the git history of
+bench/RESULTS.md) seven successive profiles sat 11-23 % off the pools they were fitted into.
+Two went further, for the two different reasons the warning names: one, 35 % fast, caught the
+engines at an odd moment (the run then served as the pool said), and another, 27 % slow,
+caught a slow host that stayed slow through the run, so every prediction from the pool came
+out too fast."""
 
 
 def pool_drift_warning(this_run: Sequence[DecodeSample], model: CostModel) -> str:
@@ -144,9 +145,10 @@ def pool_drift_warning(this_run: Sequence[DecodeSample], model: CostModel) -> st
 
 NOISY_FIT_ERROR = 0.5
 """A fitted model whose mean |relative error| over its own samples exceeds this was fitted on
-a busy host (bench/RESULTS.md, runs J-L: quiet profiles fit within 6-17 %, two taken while
-the host was busy missed their prefill samples by 89 %; on run L the busy one predicted 10-11
-of 18 cells, the quiet one of an hour before 14)."""
+a busy host (on this project's VM, notes in the git history of bench/RESULTS.md: quiet
+profiles fit within 6-17 %, two taken while the host was busy missed their prefill samples by
+89 %, and the busy one predicted fewer cells of the run after it than a quiet one of an hour
+before)."""
 
 
 def noisy_fit_warning(label: str, fitted_error: float | None) -> str:

@@ -16,18 +16,63 @@ from pdserve.router.policy.cost_model import CostModel, DecodeSample, PrefillSam
 from pdserve.sim.profile import SimProfile
 from tests.unit.profiling_helpers import REPO, TRUE, invoke_profile, mock_router
 
-RECORDED = REPO / "bench" / "results"
 QUICK = ("--quick", "--repeats", "1", "--config", str(REPO / "deploy" / "local.yaml"))
 
 
-def test_read_report_takes_a_recorded_report_without_serving_samples() -> None:
+def _report_before_serving_samples() -> dict[str, Any]:
+    """A `pdserve profile --json` report as written before 2026-12-05: no `serving_samples`,
+    and decode samples carrying the client's per-token times beside the fitted step."""
+    decode = [
+        {
+            "batch_size": b,
+            "context_tokens": 160 * b,
+            "step_s": 0.0018 - b * 1e-5,
+            "prompt_tokens": 128,
+            "output_tokens": 64,
+            "client_tpot_s": [0.0018] * b,
+            "router_tpot_s_median": 0.0018,
+        }
+        for b in (1, 4, 16)
+    ]
+    return {
+        "url": "http://127.0.0.1:8000",
+        "model": "pdserve-demo",
+        "config": "deploy/local.yaml",
+        "prefill_samples": [
+            {"num_uncached_tokens": n, "num_cached_tokens": c, "seconds": 0.007 + n * 2e-6}
+            for n in (128, 256, 1024)
+            for c in (0, 128)
+        ],
+        "decode_samples": decode,
+        "skipped_local_prefills": 0,
+        "local_prefill_samples": [
+            {
+                "num_prompt_tokens": n,
+                "num_cached_tokens": 0,
+                "first_token_s": 0.0056,
+                "batch_size": 0,
+                "context_tokens": 0,
+                "decode_hops_s": 0.004,
+            }
+            for n in (32, 64)
+        ],
+        "mean_abs_rel_error": {"prefill_new": 0.1, "decode_new": 0.1},
+        "fit_notes": [],
+    }
+
+
+def test_read_report_takes_a_report_without_serving_samples(tmp_path: pathlib.Path) -> None:
     """Reports written before 2026-12-05 have no serving samples: they pool the rest."""
-    run = read_report(RECORDED / "profile-local-x.json")
-    doc = json.loads((RECORDED / "profile-local-x.json").read_text())
-    assert run.model == doc["model"] and run.serving == ()
-    assert len(run.prefill) == len(doc["prefill_samples"]) == 36
-    assert len(run.decode) == 24 and len(run.local_prefill) == 33
+    doc = _report_before_serving_samples()
+    path = tmp_path / "profile-before.json"
+    path.write_text(json.dumps(doc))
+    run = read_report(path)
+    assert run.model == doc["model"] and run.serving == () and run.source == str(path)
+    assert len(run.prefill) == len(doc["prefill_samples"]) == 6
+    assert run.prefill[1] == PrefillSample(128, 128, doc["prefill_samples"][1]["seconds"])
+    assert len(run.decode) == 3 and len(run.local_prefill) == 2
     assert run.decode[0] == DecodeSample(1, 160, doc["decode_samples"][0]["step_s"])
+    assert run.largest_batch_step_s() == (16, doc["decode_samples"][2]["step_s"])
 
 
 def test_largest_batch_step_is_the_median_of_the_largest_batch() -> None:

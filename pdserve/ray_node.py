@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -125,9 +126,35 @@ def start_node(
         raise NodeStartError(f"`ray start` failed:\n{proc.stderr.strip() or proc.stdout.strip()}")
 
 
+GCS_CONNECT_TIMEOUT_S = 2.0
+"""How long `reachable` waits for the GCS port to accept a TCP connection."""
+RAY_STATUS_TIMEOUT_S = 60.0
+"""How long `ray status` may take against a port that accepted (a live GCS answers in ~1 s)."""
+
+
+def port_open(gcs_address: str, timeout_s: float = GCS_CONNECT_TIMEOUT_S) -> bool:
+    """Whether something accepts TCP connections at HOST:PORT (refused or silent: False)."""
+    host, _, port = gcs_address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def reachable(gcs_address: str) -> bool:
-    """True when a Ray cluster answers at HOST:PORT."""
-    proc = subprocess.run(
-        [ray_bin(), "status", f"--address={gcs_address}"], capture_output=True, check=False
-    )
+    """True when a Ray cluster answers at HOST:PORT. The port is tried first: `ray status`
+    against an address where nothing listens retries for about 40 s before it gives up, and
+    `pdserve up` and `down` ask this of every fresh machine."""
+    if not port_open(gcs_address):
+        return False
+    try:
+        proc = subprocess.run(
+            [ray_bin(), "status", f"--address={gcs_address}"],
+            capture_output=True,
+            check=False,
+            timeout=RAY_STATUS_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return False
     return proc.returncode == 0

@@ -142,3 +142,22 @@ def test_without_node_ip_a_worker_advertises_the_address_that_routes_to_its_head
     assert out.stdout.split() == heads
     assert detect_address(NodeSpec(kind="single"), None) == "127.0.0.1"
     assert detect_address(NodeSpec(kind="head", address="10.9.8.7"), None) == "10.9.8.7"
+
+
+def test_a_gcs_address_where_nothing_listens_is_unreachable_at_once() -> None:
+    """`ray status` retries for ~40 s against a closed port; `reachable` asks the port first,
+    so `pdserve up` and `down` on a fresh machine do not wait for it."""
+    import socket
+    import time
+
+    from pdserve.ray_node import port_open, reachable
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        assert port_open(address)
+    started = time.monotonic()
+    assert not port_open(address) and not reachable(address)
+    assert time.monotonic() - started < 5
+    assert not port_open("not-an-address")

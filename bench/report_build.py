@@ -2,8 +2,7 @@
 agent runs, error samples, kept requests, and the ratios between policies.
 
 `build_report` turns the phases' raw results into a `BenchReport` (report.py, with the metrics
-of one set of requests, `build_metrics`); `bench.main` calls it once per run, `bench.pool`
-rebuilds a policy's part from kept requests.
+of one set of requests, `build_metrics`); `bench.main` calls it once per run.
 """
 
 from __future__ import annotations

@@ -51,15 +51,7 @@ def workload_requests(
 ) -> list[SimRequest]:
     """The requests `pdserve bench` would send with `cfg` (trace: the given records)."""
     if cfg.workload == "trace":
-        records = list(trace)[: cfg.max_requests] if cfg.max_requests else list(trace)
-        return from_trace(
-            records,
-            block_size_tokens,
-            trace_block_tokens=cfg.trace_block_tokens,
-            time_scale=cfg.trace_time_scale,
-            length_scale=cfg.trace_length_scale,
-            max_input_tokens=cfg.max_input_tokens,
-        )
+        return from_trace(trace, block_size_tokens, cfg)
     return from_bench(cfg, block_size_tokens)
 
 

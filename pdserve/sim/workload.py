@@ -1,6 +1,6 @@
 """The requests a simulation replays (pure): built from a `pdserve bench` workload spec
-(mixed, synthetic) or a Mooncake-format trace, with the same lengths and arrivals the bench
-would send for the same options and seed."""
+(mixed, synthetic) or a Mooncake-format trace, with the same lengths, limits and arrivals the
+bench would send for the same options and seed (the bench's own samplers and limits)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from dataclasses import dataclass
 
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.distributions import poisson_arrivals
+from pdserve.bench.limits import apply_limits
 from pdserve.bench.mixed import LONG, burst_arrivals, mixed_classes
+from pdserve.bench.synthetic import CLASS as SYNTHETIC
+from pdserve.bench.synthetic import sample_lengths
+from pdserve.bench.trace import CLASS as TRACE
 from pdserve.bench.trace import TraceRecord
 
 
@@ -38,8 +42,9 @@ def _unique_hashes(salt: str, num_blocks: int) -> tuple[int, ...]:
 
 def from_bench(cfg: BenchConfig, block_size_tokens: int) -> list[SimRequest]:
     """The `mixed` or `synthetic` workload of `pdserve bench` with these options: the same
-    classes, lengths and arrivals (`request_rate`; None = closed loop). Every prompt is
-    unique, as the bench's per-request tags make it."""
+    classes, lengths (after `--max-input-tokens`, `--max-output-tokens` and `--clip-mode`)
+    and arrivals (`request_rate`; None = closed loop), drawn from the bench's own seeds. Every
+    prompt is unique, as the bench's per-request tags make it."""
     if cfg.workload == "mixed":
         classes = mixed_classes(cfg.num_requests, cfg.long_fraction, cfg.burst_size)
         arrivals: Sequence[float | None] = [None] * len(classes)
@@ -49,13 +54,20 @@ def from_bench(cfg: BenchConfig, block_size_tokens: int) -> list[SimRequest]:
         lengths = [cfg.long_tokens if c == LONG else cfg.short_tokens for c in classes]
         outputs = [cfg.output_tokens] * len(classes)
     elif cfg.workload == "synthetic":
-        rng = random.Random(f"{cfg.seed}:synthetic")
-        lengths = [cfg.input_distribution.sample(rng) for _ in range(cfg.num_requests)]
-        outputs = [cfg.output_distribution.sample(rng) for _ in range(cfg.num_requests)]
-        classes = ["all"] * cfg.num_requests
-        arrivals = [None] * cfg.num_requests
+        pairs = sample_lengths(cfg)
+        arrivals = [None] * len(pairs)
         if cfg.request_rate is not None:
-            arrivals = poisson_arrivals(cfg.num_requests, cfg.request_rate, rng)
+            rng = random.Random(f"{cfg.seed}:synthetic:arrivals")
+            arrivals = list(poisson_arrivals(len(pairs), cfg.request_rate, rng))
+        kept = [
+            (arrival, limited)
+            for arrival, (n_in, n_out) in zip(arrivals, pairs, strict=True)
+            if (limited := apply_limits(cfg, n_in, n_out)) is not None
+        ]
+        arrivals = [arrival for arrival, _ in kept]
+        lengths = [limited.input_tokens for _, limited in kept]
+        outputs = [limited.output_tokens for _, limited in kept]
+        classes = [SYNTHETIC] * len(kept)
     else:
         raise ValueError(
             f"the simulator takes the mixed or synthetic workload (or a trace), not {cfg.workload}"
@@ -76,24 +88,25 @@ def from_bench(cfg: BenchConfig, block_size_tokens: int) -> list[SimRequest]:
 
 
 def from_trace(
-    records: Sequence[TraceRecord],
-    block_size_tokens: int,
-    *,
-    trace_block_tokens: int = 512,
-    time_scale: float = 1.0,
-    length_scale: float = 1.0,
-    max_input_tokens: int | None = None,
+    records: Sequence[TraceRecord], block_size_tokens: int, cfg: BenchConfig
 ) -> list[SimRequest]:
-    """A Mooncake-format trace: arrival = timestamp x `time_scale`; each hash id stands for
-    `trace_block_tokens` x `length_scale` tokens, so requests whose hash-id lists share a
-    prefix share that many prompt tokens (the engine blocks inside it hash alike)."""
-    trace_block = max(1, round(trace_block_tokens * length_scale))
-    out = []
+    """A Mooncake-format trace as `pdserve bench --workload trace` replays it with `cfg`:
+    arrival = (timestamp - the first record's) x `trace_time_scale`; lengths x
+    `trace_length_scale`, then the length limits (a request `--clip-mode skip` drops is not
+    sent, and `--max-requests` counts the ones sent); each hash id stands for
+    `trace_block_tokens` x `trace_length_scale` tokens, so requests whose hash-id lists share
+    a prefix share that many prompt tokens (the engine blocks inside it hash alike)."""
+    trace_block = max(1, round(cfg.trace_block_tokens * cfg.trace_length_scale))
+    out: list[SimRequest] = []
     t0 = records[0].timestamp_ms if records else 0.0
     for i, rec in enumerate(records):
-        n = max(1, round(rec.input_length * length_scale))
-        if max_input_tokens is not None:
-            n = min(n, max_input_tokens)
+        if cfg.max_requests is not None and len(out) >= cfg.max_requests:
+            break
+        n_in = max(1, round(rec.input_length * cfg.trace_length_scale))
+        limited = apply_limits(cfg, n_in, max(1, rec.output_length))
+        if limited is None:
+            continue
+        n = limited.input_tokens
         hashes = []
         chain = 0
         for b in range(n // block_size_tokens):
@@ -107,10 +120,10 @@ def from_trace(
         out.append(
             SimRequest(
                 request_id=f"t{i}",
-                request_class="all",
-                arrival_s=(rec.timestamp_ms - t0) / 1000.0 * time_scale,
+                request_class=TRACE,
+                arrival_s=(rec.timestamp_ms - t0) / 1000.0 * cfg.trace_time_scale,
                 prompt_tokens=n,
-                output_tokens=max(1, rec.output_length),
+                output_tokens=limited.output_tokens,
                 block_hashes=tuple(hashes),
             )
         )

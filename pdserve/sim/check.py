@@ -65,6 +65,12 @@ class RatioRow:
         got, want = direction(self.predicted.get(profile)), direction(self.measured)
         return None if got is None or want is None else got == want
 
+    def opposite(self, profile: str) -> bool | None:
+        """Whether the prediction says better where the measurement says worse, or the
+        other way round (beyond TIE on both sides)."""
+        got, want = direction(self.predicted.get(profile)), direction(self.measured)
+        return None if got is None or want is None else got * want < 0
+
 
 @dataclass(frozen=True, slots=True)
 class RankRow:
@@ -170,12 +176,15 @@ def _scorer(
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Counts over a check: ratio cells whose direction the prediction got, and workloads
-    whose measured best it picked, per profile."""
+    """Counts over a check, per profile: ratio cells whose direction the prediction got
+    (better, worse, or within TIE of the baseline), those where it said the opposite (better
+    where the measurement says worse, beyond TIE on both sides), and workloads whose measured
+    best it picked."""
 
     profile: str
     cells: int
     same_direction: int
+    opposite: int
     median_error: float | None
     """Median over the cells of |log(predicted / measured ratio)|, as a factor (1.10 = the
     predicted ratio is typically 10 % off the measured one)."""
@@ -185,6 +194,7 @@ class Summary:
 
 def summarize(profile: str, rows: Sequence[RatioRow], ranks: Sequence[RankRow]) -> Summary:
     verdicts = [v for r in rows if (v := r.same_direction(profile)) is not None]
+    opposite = sum(1 for r in rows if r.opposite(profile))
     errors = sorted(abs(math.log(e)) for r in rows if (e := r.error(profile)) is not None)
     median = None
     if errors:
@@ -195,6 +205,7 @@ def summarize(profile: str, rows: Sequence[RatioRow], ranks: Sequence[RankRow]) 
         profile=profile,
         cells=len(verdicts),
         same_direction=sum(verdicts),
+        opposite=opposite,
         median_error=median,
         workloads=len(ranks),
         best_picked=sum(r.picks_best(profile) for r in ranks),

@@ -15,17 +15,22 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _verdict(same: bool | None) -> str:
-    return "" if same is None else ("same" if same else "[red]opposite[/red]")
+def _verdict(row: RatioRow, profile: str) -> str:
+    if row.same_direction(profile) is None:
+        return ""
+    if row.same_direction(profile):
+        return "same"
+    return "[red]opposite[/red]" if row.opposite(profile) else "[yellow]differs[/yellow]"
 
 
 def ratio_table(rows: Sequence[RatioRow], profiles: Sequence[str]) -> Table:
     table = Table(
         title="layout ÷ baseline, measured side by side in one run and predicted",
         caption=(
-            "ratio < 1: the layout is faster than the baseline; direction: whether the "
-            f"prediction says better, worse or within {TIE:.0%} as the measurement does; "
-            "error: predicted ratio ÷ measured ratio"
+            "ratio < 1: the layout is faster than the baseline; direction: the prediction says "
+            f"better, worse or within {TIE:.0%} as the measurement does (same), the opposite, "
+            f"or differs (one side within {TIE:.0%}, the other not); error: predicted ratio ÷ "
+            "measured ratio"
         ),
     )
     for col in ("workload", "layout", "requests", "metric", "measured"):
@@ -40,7 +45,7 @@ def ratio_table(rows: Sequence[RatioRow], profiles: Sequence[str]) -> Table:
             error = r.error(p)
             cells += [
                 _ratio(r.predicted.get(p)),
-                _verdict(r.same_direction(p)),
+                _verdict(r, p),
                 "-" if error is None else sig3(error),
             ]
         table.add_row(*cells)
@@ -68,7 +73,8 @@ def rank_table(rows: Sequence[RankRow], profiles: Sequence[str]) -> Table:
 
 def summary_lines(summaries: Sequence[Summary]) -> list[str]:
     return [
-        f"{s.profile}: direction right in {s.same_direction} of {s.cells} ratio cells; "
+        f"{s.profile}: direction right in {s.same_direction} of {s.cells} ratio cells "
+        f"(opposite in {s.opposite}); "
         f"predicted ratios typically x{sig3(s.median_error)} off the measured ones (median); "
         f"recommended layout is the measured best in {s.best_picked} of {s.workloads} workloads"
         for s in summaries

@@ -34,6 +34,9 @@ def test_a_row_says_how_far_and_whether_the_direction_is_right() -> None:
     row = RatioRow("w", "1p1d", "aggregated", "short", "TTFT p50", 0.5, {"a": 0.8, "b": 1.3})
     assert row.error("a") == pytest.approx(1.6) and row.same_direction("a") is True
     assert row.same_direction("b") is False and row.error("missing") is None
+    assert row.opposite("b") is True and row.opposite("a") is False
+    tie = RatioRow("w", "1p1d", "aggregated", "all", "ITL p99", 0.85, {"a": 0.99})
+    assert tie.same_direction("a") is False and tie.opposite("a") is False  # it differs
 
 
 def _predictions(profile_host: bool) -> dict[str, Prediction]:

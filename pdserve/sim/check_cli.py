@@ -58,13 +58,15 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "trace": {
         "workload": "trace", "max_requests": 300, "trace_length_scale": 0.05,
         "trace_time_scale": 0.01, "max_input_tokens": 3500, "max_output_tokens": 64,
-        "concurrency": 32,
+        "concurrency": 24,
     },
 }  # fmt: skip
 """The workloads the check knows: mixed short and long prompts with the long ones in bursts,
 synthetic long prompts (1,000-3,000 tokens, Poisson arrivals), and a Mooncake-format trace
 (scaled to a small model: lengths x0.05, arrival gaps x0.01). Each is sized to take about a
-minute per layout on a 2-core CPU machine."""
+minute per layout on a 2-core CPU machine, and keeps fewer requests in flight than the local
+configs admit (router.admission.max_inflight_requests 32): the simulator models no 429s, and
+a refused request would count against its layout's goodput."""
 ENGINES = "engines"
 CPU_HOST = "engines + cpu host"
 """Profile labels: the idle profile as measured, and with a cpu_host block fitted."""

@@ -20,9 +20,6 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 RESULTS = REPO / "bench" / "results"
 PAGE = REPO / "bench" / "RESULTS.md"
 SUMMARIES = sorted(RESULTS.glob("*.json"))
-NOT_YET = ("tests/unit/sim/", "pdserve/sim/", "docs/tuning-pool-ratios.md")
-"""Being rewritten by the simulator work, which also removes tests/unit/sim/fixtures: drop
-these exclusions when it lands."""
 CITED = re.compile(r"bench/results/[a-z0-9][a-z0-9_.-]*\.[a-z]+")
 """A results file a doc names (placeholders like SECTION.json are upper case)."""
 DATA = re.compile(r"\.(json|jsonl|csv|gz|bz2|xz|zst|zip|npz|parquet)$")
@@ -43,7 +40,7 @@ def _tracked() -> list[str]:
         _skip_outside_ci("git is not installed")
     if out.returncode != 0:
         _skip_outside_ci("not a git checkout")
-    return [p for p in out.stdout.splitlines() if not p.startswith(NOT_YET)]
+    return out.stdout.splitlines()
 
 
 def test_results_holds_only_summaries_and_their_readme() -> None:

@@ -23,6 +23,9 @@ from pdserve.router.deployment import Router
 
 # Ray gives the head node this resource (ray._common.constants.HEAD_NODE_RESOURCE_NAME).
 HEAD_NODE_RESOURCE = "node:__internal_head__"
+GRACEFUL_SHUTDOWN_CHECK_S = 0.5
+"""How often a stopping replica checks whether its requests are done (Ray Serve's default is
+2 s): an idle replica stops half a second after it is told to, not two."""
 
 
 def _logging(config: PdserveConfig) -> dict[str, Any]:
@@ -52,7 +55,8 @@ def _pool_options(
         # check_health asks the engine; a dead one is replaced within a period of dying.
         "health_check_period_s": 5,
         # Scale-down drains: Serve stops routing to the replica at once, waits (checking
-        # every 2 s) until its requests are done, and kills it after this bound.
+        # every half second) until its requests are done, and kills it after this bound.
+        "graceful_shutdown_wait_loop_s": GRACEFUL_SHUTDOWN_CHECK_S,
         "graceful_shutdown_timeout_s": pool.graceful_shutdown_seconds,
     }
     if pool.autoscaling is None:

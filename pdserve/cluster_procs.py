@@ -173,7 +173,13 @@ def pool_engines(scope: Scope, role: str) -> list[tuple[psutil.Process, list[psu
     return [(found[t.core], [found[w] for w in t.workers]) for t in engine_trees(marked)]
 
 
-def stop_ray(scope: Scope, log: Callable[[str], None], grace_s: float = 10.0) -> None:
+RAY_STOP_GRACE_S = 3.0
+"""How long `stop_ray` lets Ray's daemons exit on SIGTERM. By then `pdserve down` has stopped
+the Serve app and its engines; the GCS server, raylet, dashboard and runtime-env agent hold
+nothing of the deployment's, and on SIGTERM they take about 10 s to exit on their own."""
+
+
+def stop_ray(scope: Scope, log: Callable[[str], None], grace_s: float = RAY_STOP_GRACE_S) -> None:
     """SIGTERM the scope's Ray processes, SIGKILL what is left after `grace_s`; Ray's worker
     processes exit with their raylet."""
     procs = own_ray_processes(scope)

@@ -44,6 +44,10 @@ PING_PERIOD_S = 1.0
 """How often the watchdog pings the engine process (one tiny utility call)."""
 
 
+ENGINE_SHUTDOWN_GRACE_S = 2.0
+"""How long a stopping engine's processes get to exit after SIGTERM before they are killed."""
+
+
 class EngineRequestError(RuntimeError):
     """The engine failed a request (e.g. a failed KV pull under kv_load_failure_policy=fail)."""
 
@@ -358,11 +362,14 @@ class EngineServer:
                 proc.kill()
 
     def shutdown(self) -> None:
-        """Stop the engine process now (idempotent; safe from `__del__`)."""
+        """Stop the engine process now (idempotent; safe from `__del__`): vLLM's own shutdown
+        with ENGINE_SHUTDOWN_GRACE_S for its processes to exit (its workers exit within ~2 s;
+        the engine core then takes ~3 s more over its teardown, which vLLM would wait up to 5
+        s for), then SIGKILL for any left. The replica has drained its requests by then."""
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
         if self._engine is not None:
-            self._engine.shutdown()
+            self._engine.shutdown(timeout=ENGINE_SHUTDOWN_GRACE_S)
             self._engine = None
             self._kill_engine_processes()  # any that ignored the shutdown (frozen)

@@ -14,8 +14,9 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import openai
@@ -159,6 +160,18 @@ def startup_failure(up: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(parts)
 
 
+def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` on top: nested mappings merged key by key, anything else
+    replaced."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def start_cluster(
     config_file: str,
     tmp: pathlib.Path,
@@ -166,10 +179,12 @@ def start_cluster(
     ray_port: int,
     metrics_port: int,
     api_key: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> tuple[Cluster, dict[str, str]]:
-    """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is);
-    returns the cluster and the env for `down`."""
-    raw = yaml.safe_load((ROOT / "deploy" / config_file).read_text())
+    """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is),
+    with `overrides` merged into the config (nested mappings key by key); returns the cluster
+    and the env for `down`."""
+    raw = merged(yaml.safe_load((ROOT / "deploy" / config_file).read_text()), overrides or {})
     raw["router"]["port"] = router_port
     cfg_path = tmp / "test.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
@@ -196,14 +211,16 @@ def package_cluster(
     config_file: str,
     ports: tuple[int, int, int],
     api_key: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> Iterator[Cluster]:
-    """A package's own cluster from `deploy/<config_file>` on (router, Ray, Ray metrics)
-    `ports`: started, yielded, then stopped; `down` must leave nothing behind."""
+    """A package's own cluster from `deploy/<config_file>` (with `overrides`, as
+    `start_cluster`) on (router, Ray, Ray metrics) `ports`: started, yielded, then stopped;
+    `down` must leave nothing behind."""
     shm_before = cluster_procs.shm_snapshot()
     router_port, ray_port, metrics_port = ports
     tmp = tmp_path_factory.mktemp(config_file.removesuffix(".yaml"))
     cluster, env = start_cluster(
-        config_file, tmp, router_port, ray_port, metrics_port, api_key=api_key
+        config_file, tmp, router_port, ray_port, metrics_port, api_key, overrides
     )
     try:
         yield cluster

@@ -2,8 +2,9 @@
 
 `cluster` runs `pdserve up --detach` with deploy/local.yaml on test ports and `pdserve down`
 at the end. `reference` is one aggregated vLLM OpenAI server of the same model and engine
-settings (no disaggregation), the oracle for token-identical output; it starts on first use
-and serves every cluster of the session (the 2P1D and two-node packages' too). The helpers
+settings (no disaggregation), the oracle for token-identical output; it starts with the
+session (beside the first package's cluster) and serves every cluster of the session (the 2P1D
+and two-node packages' too). The helpers
 these fixtures (and the packages' own) use are in cluster.py.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -80,22 +82,34 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         subprocess.run([PDSERVE, "down"], env=env, capture_output=True, timeout=120)
 
 
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+@pytest.fixture(scope="session", autouse=True)
+def reference_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[subprocess.Popen[bytes], pathlib.Path]]:
+    """The reference server's process, started with the session (without waiting for it), so
+    its start-up overlaps the first package's cluster start instead of adding to it."""
     tmp = tmp_path_factory.mktemp("reference")
     cfg = load_config(ROOT / "deploy" / "local.yaml")
     log = tmp / "reference.log"
     server = start_reference(resolve_model(cfg.model), cfg, log)
-    url = f"http://127.0.0.1:{REFERENCE_PORT}"
     try:
-        try:
-            wait_http(f"{url}/health", server, START_TIMEOUT_S)
-        except Exception as exc:
-            raise RuntimeError(f"reference vLLM server did not start: {exc}\n"
-                               f"{log.read_text()[-3000:]}") from exc  # fmt: skip
-        yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        yield server, log
     finally:
         kill_tree(server)
+
+
+@pytest.fixture(scope="session")
+def reference(
+    reference_server: tuple[subprocess.Popen[bytes], pathlib.Path],
+) -> openai.OpenAI:
+    server, log = reference_server
+    url = f"http://127.0.0.1:{REFERENCE_PORT}"
+    try:
+        wait_http(f"{url}/health", server, START_TIMEOUT_S)
+    except Exception as exc:
+        raise RuntimeError(f"reference vLLM server did not start: {exc}\n"
+                           f"{log.read_text()[-3000:]}") from exc  # fmt: skip
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
 
 
 @pytest.fixture(scope="session")

@@ -18,4 +18,6 @@ RAY_METRICS_PORT_AUTOSCALE = 8086
 @pytest.fixture(scope="package")
 def elastic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     ports = (ROUTER_PORT_AUTOSCALE, RAY_PORT_AUTOSCALE, RAY_METRICS_PORT_AUTOSCALE)
-    yield from package_cluster(tmp_path_factory, "local-autoscale.yaml", ports)
+    # The prefill pool waits 8 s, as decode does, before it scales down (20 s in the config).
+    overrides = {"prefill": {"autoscaling": {"downscale_delay_seconds": 8}}}
+    yield from package_cluster(tmp_path_factory, "local-autoscale.yaml", ports, overrides=overrides)

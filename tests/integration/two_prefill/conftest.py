@@ -17,9 +17,17 @@ from tests.integration.two_prefill.settings import (
     ROUTER_PORT_2P1D,
 )
 
+PREFILL_UNRESPONSIVE_S = 15
+"""The test cluster's `prefill.unresponsive_after_seconds` (30 s in the config): the frozen
+prefill engine is declared unresponsive sooner. The spill-over test holds both prefill engines
+stopped for a second or two, well under it."""
+
 
 @pytest.fixture(scope="package")
 def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # After the engine kills of test_faults: `down` must still leave nothing behind.
     ports = (ROUTER_PORT_2P1D, RAY_PORT_2P1D, RAY_METRICS_PORT_2P1D)
-    yield from package_cluster(tmp_path_factory, "local-2p1d.yaml", ports, api_key=API_KEY)
+    overrides = {"prefill": {"unresponsive_after_seconds": PREFILL_UNRESPONSIVE_S}}
+    yield from package_cluster(
+        tmp_path_factory, "local-2p1d.yaml", ports, api_key=API_KEY, overrides=overrides
+    )

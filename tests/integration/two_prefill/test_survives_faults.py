@@ -37,10 +37,11 @@ from tests.integration.two_prefill.settings import API_KEY, RAY_PORT_2P1D
 
 ENGINE_START_S = 480
 """Longest a replaced replica may take to serve, from the fault (a frozen engine is declared
-unresponsive after 30 s and replaced after ~3 failed health checks; a new engine starts in
-~35-65 s on an idle machine, but took 199 s in one CI run and 338 s in another (its worker
-stalled until the other prefill engine on its core was killed; the package then passed alone
-with replacements in 48-65 s) on the busy 2-core machine)."""
+unresponsive after 15 s, the package's PREFILL_UNRESPONSIVE_S, and replaced after ~3 failed
+health checks; a new engine starts in ~35-65 s on an idle machine, but took 199 s in one CI
+run and 338 s in another (its worker stalled until the other prefill engine on its core was
+killed; the package then passed alone with replacements in 48-65 s) on the busy 2-core
+machine)."""
 
 
 def run_fault(cluster: Cluster, fault: FaultName, **options: object) -> FaultRun:

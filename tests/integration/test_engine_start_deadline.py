@@ -26,9 +26,7 @@ RAY_METRICS_PORT = 8088
 
 START_TIMEOUT_S = 45.0
 """The probe's deadline: the engine reaches its side-channel bind ~20 s into its start here."""
-SERVE_RETRIES_PER_REPLICA = 2
-"""Ray Serve's constructor attempts per replica before DEPLOY_FAILED (its default is 3): two
-are enough to see it retry, and each attempt of an engine that never starts costs ~30 s."""
+
 
 
 def test_a_start_that_hangs_on_a_taken_port_is_killed_at_the_deadline() -> None:
@@ -63,7 +61,6 @@ def test_a_pool_that_never_starts_in_time_fails_up_and_names_the_deadline(tmp_pa
         "PDSERVE_STATE_DIR": str(tmp_path / "state"),
         "PDSERVE_RAY_PORT": str(RAY_PORT),
         "PDSERVE_RAY_METRICS_PORT": str(RAY_METRICS_PORT),
-        "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": str(SERVE_RETRIES_PER_REPLICA),
     }
     env.pop("PDSERVE_API_KEY", None)
     shm_before = cluster_procs.shm_snapshot()

@@ -28,7 +28,6 @@ START_TIMEOUT_S = 45.0
 """The probe's deadline: the engine reaches its side-channel bind ~20 s into its start here."""
 
 
-
 def test_a_start_that_hangs_on_a_taken_port_is_killed_at_the_deadline() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tests.integration.engine_start_probe",

@@ -137,9 +137,7 @@ def pool_drift_warning(this_run: Sequence[DecodeSample], model: CostModel) -> st
         "on the pooled runs. Profile again in a few minutes: if this run's samples stay off "
         f"the pool, expect a run benched now to come out {way} than the pooled profile "
         "predicts: bench your layouts now (`pdserve bench --deployments ... --rounds 2 --json "
-        "pilot.json`) and fit on that run, pooled with earlier pilots of the same workload "
-        "and deployments if you have them (`pdserve tune --fit-on pilot.json [--fit-on "
-        "earlier.json ...]`)"
+        "pilot.json`) and fit the CPU host on that run (`pdserve tune --fit-on pilot.json`)"
     )
 
 

@@ -10,8 +10,9 @@ sequences and the step's token budget last. Its time comes from the cost model (
 fixed cost with its first chunk) and the decoding sequences' per-sequence and context terms.
 
 One known difference: vLLM lifts the chunk cap while a prompt is the only request on its
-engine (it then takes the whole step budget). Modelling that lowered the recorded runs' cells
-in bound (bench/RESULTS.md, 2026-12-04), so the model keeps the cap.
+engine (it then takes the whole step budget). Modelling that made the predictions of the runs
+recorded on 2026-12-04 worse (notes in the git history of bench/RESULTS.md), so the model
+keeps the cap.
 """
 
 from __future__ import annotations

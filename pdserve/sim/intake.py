@@ -2,17 +2,17 @@
 the router's parse and tokenization, Ray Serve's hand-over to a replica and the replica's front
 end), on the host cores the engines share.
 
-A request's own share of it is already in its router and client times (their per-token terms,
-`SimProfile.router_per_token_s` and `client_per_token_s`; the simulator spreads each prompt's
-share as the client's time spreads, with its mean kept: `Simulation._intake_s`). What this
-adds is what that work does to the requests already in flight: while the intake is busy with
-other requests' prompts, a first chunk on its way back to the client waits for it. Measured
-(bench/RESULTS.md, run R), the short requests a burst of long prompts lands on are the slowest
-of their class in every layout.
+Part of the `cpu_host` block's model (a profile without the block takes nothing in). A
+request's own share of it is already in its router and client times (the per-token terms of
+`CpuHost.router_per_token_s` and `client_per_token_s`; each prompt's share is spread as the
+client's time is, with its mean kept: `HostEffects.intake_s`). What this adds is what that
+work does to the requests already in flight: while the intake is busy with other requests'
+prompts, a first chunk on its way back to the client waits for it (measured on the CPU host:
+the short requests a burst of long prompts lands on were the slowest of their class).
 
 Only first chunks wait for it: later chunks' gaps are fitted to the run's streams as they are
-(decode-path spread, stalls), so delaying them too would count the intake twice; tried on runs
-I-R, it held fewer cells (bench/RESULTS.md). A host stall does not move the busy stretches.
+(decode-path spread, stalls), so delaying them too would count the intake twice. A host stall
+does not move the busy stretches.
 
 Pure: intervals on the simulation clock, first in first out."""
 
@@ -59,7 +59,7 @@ class Intake:
 @dataclass(slots=True)
 class ReplicaIntake:
     """Each decode replica taking in the prompts it prefills itself
-    (`SimProfile.local_intake_per_token_s`): one prompt at a time per replica, so a prompt sent
+    (`CpuHost.local_intake_per_token_s`): one prompt at a time per replica, so a prompt sent
     while its replica still takes in another waits for it."""
 
     _free_s: dict[str, float] = field(default_factory=dict)

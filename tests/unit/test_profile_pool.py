@@ -211,7 +211,7 @@ def test_pool_drift_warning_says_which_way_this_run_is_off() -> None:
     slow = pool_drift_warning(scaled(2.0), model)
     assert "50% off the pooled fit (slower than it)" in slow
     assert "come out slower than the pooled profile predicts" in slow
-    assert "pdserve tune --fit-on pilot.json [--fit-on earlier.json" in slow  # what to do
+    assert "pdserve tune --fit-on pilot.json`" in slow  # what to do (one run: no pooling)
     assert "(faster than it)" in pool_drift_warning(scaled(0.6), model)
 
 

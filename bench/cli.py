@@ -85,7 +85,12 @@ def bench(
     slo_ttft_s: Annotated[float | None, _opt("slo_ttft_s")] = None,
     slo_tpot_s: Annotated[float | None, _opt("slo_tpot_s")] = None,
     compare: Annotated[
-        str | None, _opt("policies", "--compare", " Comma-separated, e.g. round_robin,pdserve.")
+        str | None,
+        _opt(
+            "policies",
+            "--compare",
+            " Comma-separated, e.g. round_robin,pdserve or kv-verify:on,kv-verify:off.",
+        ),
     ] = None,
     deployments: Annotated[
         str | None,

@@ -12,6 +12,8 @@ from pdserve.router.policy.strict import StrictModel
 
 Workload = Literal["mixed", "agent", "synthetic", "trace"]
 DEFAULT_POLICY = "default"
+KV_VERIFY_PHASES = ("kv-verify:on", "kv-verify:off")
+"""--compare phases that turn the KV check on or off (bench/payload.py sends the header)."""
 
 
 class BenchConfig(StrictModel):
@@ -76,7 +78,11 @@ class BenchConfig(StrictModel):
     slo_ttft_s: float = Field(default=2.0, gt=0, description="Goodput SLO on TTFT.")
     slo_tpot_s: float = Field(default=0.5, gt=0, description="Goodput SLO on TPOT.")
     policies: tuple[str, ...] = Field(
-        default=(), description="--compare: x-pdserve-policy values, one phase each."
+        default=(),
+        description=(
+            "--compare: x-pdserve-policy values, one phase each; `kv-verify:on` and "
+            "`kv-verify:off` keep the router's policy and turn the KV check on or off."
+        ),
     )
     deployments: tuple[str, ...] = Field(
         default=(),
@@ -103,6 +109,9 @@ class BenchConfig(StrictModel):
             raise ValueError(f"--compare names must be non-empty without spaces: {value}")
         if len(set(value)) != len(value):
             raise ValueError(f"--compare names must be distinct: {value}")
+        bad = [p for p in value if p.startswith("kv-verify:") and p not in KV_VERIFY_PHASES]
+        if bad:
+            raise ValueError(f"--compare: use kv-verify:on or kv-verify:off, not {bad}")
         return value
 
     @field_validator("deployments")

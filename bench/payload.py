@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.bench.models import RequestSpec
-from pdserve.router.headers import CONVERSATION_HEADER, POLICY_HEADER
+from pdserve.router.headers import CONVERSATION_HEADER, KV_VERIFY_HEADER, POLICY_HEADER
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -29,10 +29,20 @@ def request_body(spec: RequestSpec, model: str) -> dict[str, Any]:
     return body
 
 
+KV_VERIFY_PHASE = "kv-verify:"
+"""A --compare phase named `kv-verify:on` / `kv-verify:off` keeps the router's policy and
+sends the x-pdserve-kv-verify header instead (the KV check on or off for its requests)."""
+
+
 def request_headers(policy: str | None, conversation: str | None = None) -> dict[str, str]:
-    """The policy header when comparing policies (None: no header), and the conversation
-    header of an agent's steps."""
-    headers = {} if policy is None else {POLICY_HEADER: policy}
+    """The compared phase's header (None: no header): x-pdserve-policy, or for a
+    `kv-verify:on|off` phase x-pdserve-kv-verify; and the conversation header of an agent's
+    steps."""
+    headers: dict[str, str] = {}
+    if policy is not None and policy.startswith(KV_VERIFY_PHASE):
+        headers[KV_VERIFY_HEADER] = policy.removeprefix(KV_VERIFY_PHASE)
+    elif policy is not None:
+        headers[POLICY_HEADER] = policy
     if conversation is not None:
         headers[CONVERSATION_HEADER] = conversation
     return headers

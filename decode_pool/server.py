@@ -34,7 +34,10 @@ class DecodeServer(PoolReplica):
 
     async def generate(self, request: DecodeRequest) -> AsyncIterator[DecodeChunk]:
         server = self._server
-        async for chunk in decode_stream(server.engine, request, server.replica_id, server.pending):
+        stream = decode_stream(
+            server.engine, request, server.replica_id, server.pending, server.take_kv_verdict
+        )
+        async for chunk in stream:
             yield chunk
 
     async def release(self, request: KVRelease) -> None:

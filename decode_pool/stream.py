@@ -8,12 +8,13 @@ the decode engine prefills locally. Engine outputs are coalesced (coalesce.py) i
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pdserve.decode_pool.coalesce import coalesce
 from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.server import EngineRequestError, engine_times
+from pdserve.kv_transfer.integrity import EXPECT_KEY, VERIFY_KEY
 from pdserve.messages import DecodeChunk, DecodeRequest, SamplingOptions, TokenLogprob
 
 
@@ -59,17 +60,29 @@ def _logprobs(completion: Any, k: int) -> list[TokenLogprob]:
 
 
 async def decode_stream(
-    engine: Any, request: DecodeRequest, replica_id: str, pending: PendingPrefills
+    engine: Any,
+    request: DecodeRequest,
+    replica_id: str,
+    pending: PendingPrefills,
+    kv_verdict: Callable[[str], str | None] = lambda _: None,
 ) -> AsyncIterator[DecodeChunk]:
     """Generate `request` on `engine` (a vLLM AsyncLLM), pulling its KV first when
     `request.handoff` is set, else prefilling it here (counted in `pending` until its first
     token). Closing or cancelling the iteration aborts the engine request; raises
-    EngineRequestError when the engine ends it with an error (e.g. a failed pull)."""
+    EngineRequestError when the engine ends it with an error (e.g. a failed pull).
+    `kv_verdict(request_id)`: why the engine recomputed the prompt instead of using the
+    handoff (the engine's integrity checks, read once), carried on the first chunk that
+    knows it."""
     from vllm.inputs import TokensPrompt
 
     params = sampling_params(request.sampling)
     if request.handoff is not None:
-        params.extra_args = {"kv_transfer_params": request.handoff.to_decode_params()}
+        kv_params = request.handoff.to_decode_params()
+        if request.verify_kv:
+            kv_params[VERIFY_KEY] = True
+            kv_params[EXPECT_KEY] = request.prefill_request_id
+        params.extra_args = {"kv_transfer_params": kv_params}
+    verdict: str | None = None
     k = request.sampling.num_logprobs
     num_prompt = len(request.prompt_token_ids)
     first = True
@@ -91,6 +104,9 @@ async def decode_stream(
                     f"decode of {request.request_id} failed in the engine ({finish}); "
                     "the KV pull from prefill may have failed"
                 )
+            recomputed = None
+            if request.verify_kv and verdict is None:
+                verdict = recomputed = kv_verdict(request.request_id)
             yield DecodeChunk(
                 text=completion.text,
                 token_ids=list(completion.token_ids),
@@ -101,6 +117,7 @@ async def decode_stream(
                 num_cached_tokens=output.num_cached_tokens or 0,
                 engine_times=engine_times(output) if first else None,
                 replica_id=replica_id if first else "",
+                kv_recomputed=recomputed,
             )
             first = False
     finally:

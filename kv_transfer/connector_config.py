@@ -12,6 +12,7 @@ from pdserve.config import PdserveConfig
 from pdserve.engine.queue_poll import QUEUE_BUSY_POLL_ENV
 from pdserve.names import PoolName
 
+VERIFIED_CONNECTOR_MODULE = "pdserve.kv_transfer.verified_connector"
 _KV_ROLE: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 
@@ -21,14 +22,22 @@ def kv_transfer_config(config: PdserveConfig, role: PoolName) -> dict[str, Any] 
     if config.aggregated:
         return None
     kv = config.kv_transfer
-    return {
+    out: dict[str, Any] = {
         "kv_connector": kv.connector,
         "kv_role": _KV_ROLE[role],
         "kv_buffer_device": config.kv_buffer_device,
-        # recompute: a failed pull is prefilled on decode (counted as a transfer failure).
+        # recompute: a failed pull (or a handoff that fails its check) is prefilled on decode.
         "kv_load_failure_policy": kv.load_failure_policy,
-        "kv_connector_extra_config": {"backends": list(kv.backends), "num_threads": kv.num_threads},
+        "kv_connector_extra_config": {
+            "backends": list(kv.backends),
+            "num_threads": kv.num_threads,
+            "kv_lease_duration": kv.kv_lease_seconds,
+        },
     }
+    if kv.verify_fraction > 0:
+        # The same NixlConnector with each handoff checked (docs/kv-integrity.md).
+        out["kv_connector_module_path"] = VERIFIED_CONNECTOR_MODULE
+    return out
 
 
 def engine_environment(
@@ -53,7 +62,6 @@ def engine_environment(
         "PDSERVE_ENGINE_ROLE": role,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel_port),
         "VLLM_NIXL_SIDE_CHANNEL_HOST": side_channel_host(config, node_address),
-        "VLLM_NIXL_ABORT_REQUEST_TIMEOUT": str(int(kv.abort_request_timeout_seconds)),
         # Engine-side usage stats phone home; a serving cluster must never do that.
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",

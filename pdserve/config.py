@@ -107,12 +107,29 @@ class KVTransferConfig(StrictModel):
             "nodes always keep NIXL's default."
         ),
     )
-    abort_request_timeout_seconds: float = Field(
-        default=120.0,
-        gt=0,
+    kv_lease_seconds: int = Field(
+        default=30,
+        ge=6,
         description=(
-            "The lease: a prefill engine frees KV that no decode pulled (nor released) after "
-            "this long (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)."
+            "The lease (vLLM's kv_connector_extra_config.kv_lease_duration): a prefill engine "
+            "frees a request's KV this many seconds after its prefill unless a decode engine "
+            "pulled it, released it, or renewed the lease. A decode engine's scheduler renews "
+            "it by heartbeat (every lease/6 s) from the moment it receives the request, so "
+            "the lease only has to cover the end of prefill → arrival at the decode engine "
+            "(router, replica queue, a stalled decode engine). Whole seconds, at least 6 "
+            "(vLLM's heartbeat interval is lease // 6)."
+        ),
+    )
+    verify: str = Field(
+        default="all",
+        pattern=r"^(all|off|sample:(0(\.[0-9]+)?|1(\.0+)?))$",
+        description=(
+            "Check every KV handoff before decode uses it (docs/kv-integrity.md): `all` (the "
+            "default), `sample:P` (a random fraction P of remote prefills, e.g. sample:0.1), "
+            "or `off` (vLLM's plain NixlConnector, no checks). A checked handoff carries the "
+            "prompt's identity and a 64-bit digest of each KV block from the prefill engine; "
+            "the decode engine recomputes the prompt (from the first bad block) instead of "
+            "decoding from blocks whose digest, identity or lease does not match."
         ),
     )
     load_failure_policy: Literal["recompute", "fail"] = Field(
@@ -128,6 +145,16 @@ class KVTransferConfig(StrictModel):
         default_factory=dict,
         description="UCX_* environment for engines (e.g. UCX_TLS); empty = UCX defaults.",
     )
+
+    @property
+    def verify_fraction(self) -> float:
+        """The share of remote prefills whose handoff is checked: 1.0 (`all`), 0.0 (`off`),
+        or P (`sample:P`)."""
+        if self.verify == "all":
+            return 1.0
+        if self.verify == "off":
+            return 0.0
+        return float(self.verify.removeprefix("sample:"))
 
 
 DeploymentMode = Literal["disaggregated", "aggregated"]
@@ -164,12 +191,19 @@ class PdserveConfig(StrictModel):
                 "pool's engines prefill and decode; size it with decode.num_replicas)"
             )
         wait = self.router.deadlines.busy_replica_wait_seconds
-        if wait >= self.kv_transfer.abort_request_timeout_seconds:
+        if wait >= self.kv_transfer.kv_lease_seconds:
             raise ValueError(
                 f"router.deadlines.busy_replica_wait_seconds ({wait}) must be below "
-                "kv_transfer.abort_request_timeout_seconds "
-                f"({self.kv_transfer.abort_request_timeout_seconds}): a decode that waits "
-                "longer finds its KV freed"
+                f"kv_transfer.kv_lease_seconds ({self.kv_transfer.kv_lease_seconds}): a "
+                "decode that waits longer finds its KV freed"
+            )
+        tp = {role: self.pool(role).engine.tensor_parallel_size for role in POOLS}
+        if not self.aggregated and self.kv_transfer.verify != "off" and len(set(tp.values())) > 1:
+            raise ValueError(
+                f"kv_transfer.verify {self.kv_transfer.verify!r} needs the same "
+                f"tensor_parallel_size in both pools (prefill {tp['prefill']}, decode "
+                f"{tp['decode']}): each decode rank checks the blocks of the prefill rank with "
+                "its own rank. Use equal sizes, or verify: off"
             )
         if self.platform == "cpu" and self.kv_transfer.buffer_device == "cuda":
             raise ValueError("kv_transfer.buffer_device 'cuda' needs platform 'cuda'")

@@ -66,6 +66,8 @@ class PrefillRequest:
     expected_cached_tokens: int = 0
     """Prompt tokens the router expects the engine's prefix cache to hold (its pending-prefill
     count leaves them out)."""
+    verify_kv: bool = False
+    """Put an integrity record (identity, lease end, block digests) into the handoff."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class PrefillResult:
     engine_times: EngineTimes | None = None
     replica_id: str = ""
     """The prefill replica that served it (proof that placement was enforced)."""
+    request_id: str = ""
+    """The prefill request's id (a decode engine checks the handoff belongs to it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,10 @@ class DecodeRequest:
     batch_interval_s: float = 0.0
     """Send tokens at most once per this many seconds (first token and finish at once);
     0 = every engine step, inf = first token and the rest at the end (non-streaming)."""
+    verify_kv: bool = False
+    """Check the handoff before decoding from it (docs/kv-integrity.md)."""
+    prefill_request_id: str | None = None
+    """The id the router gave the prefill request that made `handoff` (its identity check)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +150,9 @@ class DecodeChunk:
     """Set on the first chunk only: the decode engine's times for this request."""
     replica_id: str = ""
     """Set on the first chunk only: the decode replica that served it."""
+    kv_recomputed: str | None = None
+    """Set on the first chunk that knows it: why the decode engine recomputed the prompt
+    instead of using its KV handoff (digest, identity, stale, unverifiable)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,8 +67,8 @@ class DeadlineConfig(StrictModel):
         description=(
             "How long a request waits for the replica its policy chose while that replica is "
             "at max_ongoing_requests before it goes to the least-loaded one instead; must stay "
-            "below kv_transfer.abort_request_timeout_seconds, or a decode may arrive after "
-            "its KV lease ran out."
+            "below kv_transfer.kv_lease_seconds, or a decode may arrive after its KV "
+            "lease ran out."
         ),
     )
     sse_keepalive_seconds: float = Field(

@@ -4,7 +4,8 @@ decode engine to pull over NIXL.
 Called by `PrefillServer.prefill` once per remote-prefill request. The engine runs the prompt
 with `max_tokens=1` and vLLM's remote-decode transfer params; vLLM's NixlConnector
 (kv_producer) then holds the KV blocks until a decode engine reads them or
-`kv_transfer.abort_request_timeout_seconds` passes, and describes where they are in the
+`kv_transfer.kv_lease_seconds` passes (renewed by the decode engine's heartbeats once it
+has the request), and describes where they are in the
 output's `kv_transfer_params`, which `KVHandoff.from_vllm` wraps at this edge.
 """
 
@@ -14,11 +15,12 @@ from typing import Any
 
 from pdserve.engine.pending import PendingPrefills
 from pdserve.engine.server import EngineRequestError, engine_times
+from pdserve.kv_transfer.integrity import VERIFY_KEY
 from pdserve.kv_transfer.params import PREFILL_REQUEST_PARAMS, KVHandoff
 from pdserve.messages import PrefillRequest, PrefillResult
 
 
-def _prefill_params() -> Any:
+def _prefill_params(verify: bool) -> Any:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -27,7 +29,7 @@ def _prefill_params() -> Any:
         temperature=0.0,
         detokenize=False,
         output_kind=RequestOutputKind.FINAL_ONLY,
-        extra_args={"kv_transfer_params": dict(PREFILL_REQUEST_PARAMS)},
+        extra_args={"kv_transfer_params": {**PREFILL_REQUEST_PARAMS, VERIFY_KEY: verify}},
     )
 
 
@@ -46,7 +48,7 @@ async def produce_kv(
     try:
         async for output in engine.generate(
             TokensPrompt(prompt_token_ids=request.prompt_token_ids),
-            _prefill_params(),
+            _prefill_params(request.verify_kv),
             request.request_id,
             priority=request.priority,
         ):
@@ -66,4 +68,5 @@ async def produce_kv(
         num_cached_tokens=final.num_cached_tokens or 0,
         engine_times=engine_times(final),
         replica_id=replica_id,
+        request_id=request.request_id,
     )

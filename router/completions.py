@@ -36,6 +36,7 @@ from pdserve.router.errors import (
 )
 from pdserve.router.headers import (
     DECISION_HEADER,
+    KV_VERIFY_HEADER,
     POLICY_HEADER,
     PROMPT_COST_HEADER,
     REQUEST_ID_HEADER,
@@ -111,6 +112,7 @@ class CompletionHandler:
             else:
                 prepared = prepare(rid)
             policy = self._policy_of(request)
+            kv_verify = self._kv_verify_of(request)
         except OpenAIError as exc:
             self._observer.rejected(endpoint, exc.status)
             raise
@@ -124,7 +126,7 @@ class CompletionHandler:
         )
         created = int(time.time())
         with _ends(obs, request):
-            generation = await self._orchestrator.run(prepared, obs, policy)
+            generation = await self._orchestrator.run(prepared, obs, policy, kv_verify)
         builder = ResponseBuilder(
             kind=endpoint,
             request_id=prepared.request_id,
@@ -172,6 +174,24 @@ class CompletionHandler:
         if self._report_prompt_cost and obs.prompt_cost is not None:
             headers[PROMPT_COST_HEADER] = _dumps(obs.prompt_cost.header_json())
         return headers
+
+    def _kv_verify_of(self, request: Request) -> bool | None:
+        value = request.headers.get(KV_VERIFY_HEADER)
+        if value is None:
+            return None
+        if not self._allow_policy_override:
+            raise OpenAIError(
+                400,
+                f"the {KV_VERIFY_HEADER} header is disabled on this deployment "
+                "(router.allow_policy_override: false)",
+                param=KV_VERIFY_HEADER,
+            )
+        if value not in ("on", "off"):
+            raise OpenAIError(
+                400, f"{KV_VERIFY_HEADER} must be 'on' or 'off', got {value!r}",
+                param=KV_VERIFY_HEADER,
+            )  # fmt: skip
+        return value == "on"
 
     def _policy_of(self, request: Request) -> PolicyName | None:
         name = request.headers.get(POLICY_HEADER)
@@ -307,6 +327,8 @@ def _headers(obs: RequestObservation) -> dict[str, str]:
                 "cached_tokens": d.num_cached_tokens,
                 "reason": d.reason,
                 **({"fallbacks": obs.fallbacks} if obs.fallbacks else {}),
+                **({"kv_verify": True} if t.kv_verified else {}),
+                **({"recomputed": f"integrity:{t.kv_recomputed}"} if t.kv_recomputed else {}),
             }
         )
     return headers

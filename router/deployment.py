@@ -17,12 +17,14 @@ from fastapi import FastAPI
 
 from pdserve.autoscaling import store as scaling_store
 from pdserve.config import PdserveConfig
+from pdserve.kv_transfer.faults import FaultSwitch
 from pdserve.model_source import resolve_model
 from pdserve.names import PoolName
 from pdserve.router.app import build_app
 from pdserve.router.auth import ApiKeys
 from pdserve.router.context.breaks import ConversationTracker
 from pdserve.router.dispatch import RayServeDispatcher
+from pdserve.router.fault_hooks import HandoffSwapper
 from pdserve.router.kv_events import load_vllm_event_types
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
@@ -75,8 +77,14 @@ class Router:
             else None
         )
         self._preparer = RequestPreparer(self._config, renderer, conversations)
+        faults = FaultSwitch.from_env()
         self._orchestrator = Orchestrator(
-            router, dispatcher, placer, aggregated=self._config.aggregated
+            router,
+            dispatcher,
+            placer,
+            aggregated=self._config.aggregated,
+            kv_verify_fraction=self._config.kv_transfer.verify_fraction,
+            handoff_swapper=HandoffSwapper(faults) if faults.armed else None,
         )
         self._observer = RouterObserver(
             RouterMetrics(),

@@ -70,9 +70,35 @@ CATALOG: tuple[MetricSpec, ...] = (
         "pdserve_kv_expired",
         "counter",
         "Requests whose KV a (prefill) engine freed at the end of its lease because no decode "
-        "pulled or released it (kv_transfer.abort_request_timeout_seconds), by pool; read from "
+        "pulled, released or renewed it (kv_transfer.kv_lease_seconds), by pool; read from "
         "the replicas' routing stats at each scrape.",
         ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_kv_notifications_after_expiry",
+        "counter",
+        "Pull-done notifications a (prefill) engine received for KV it had already freed at "
+        "the end of its lease: a decode engine read blocks that may hold another prompt by "
+        "then (with kv_transfer.verify on, such a read fails its check and is recomputed), "
+        "by pool; read from the replicas' routing stats at each scrape.",
+        ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_kv_integrity_checks",
+        "counter",
+        "KV handoffs a (decode) engine checked before decoding from them (kv_transfer.verify), "
+        "by pool; read from the replicas' routing stats at each scrape.",
+        ("pool",),
+    ),
+    MetricSpec(
+        "pdserve_kv_integrity_failures",
+        "counter",
+        "KV handoffs an engine did not use because they failed a check, each recomputed on "
+        "that engine instead, by pool and reason: digest (pulled blocks differ from the "
+        "producer's), identity (the handoff belongs to another prompt, request or model), "
+        "stale (the lease ran out before the decode engine had the request), unverifiable "
+        "(no usable integrity record). Read from the replicas' routing stats at each scrape.",
+        ("pool", "reason"),
     ),
     MetricSpec(
         "pdserve_prompt_tokens",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from pdserve.autoscaling.journal import PoolScaling
 from pdserve.messages import DecodeChunk, PrefillResult
@@ -182,6 +182,8 @@ class RequestObservation:
 
     def delivered(self, chunk: DecodeChunk) -> None:
         """A chunk (the first one too) arrived from decode."""
+        if chunk.kv_recomputed:
+            self.timeline.kv_recomputed = chunk.kv_recomputed
         self.timeline.deliveries.append((self._owner.clock(), len(chunk.token_ids)))
         self._owner.metrics.generation_tokens.inc(len(chunk.token_ids))
 
@@ -317,6 +319,7 @@ class RouterObserver:
                                                   snap.kv_expired_total)  # fmt: skip
                 m.kv_expired.labels(pool).inc(expired)
             for replica_id, stats in view.reports(pool):
+                self._fold_integrity(pool, replica_id, stats.get("kv_integrity"))
                 for name, hist in m.engine_histograms.items():
                     hist.fold(pool, replica_id, stats.get(name.removeprefix("pdserve_")))
         live = {s.replica_id for pool in POOLS for s in view.snapshots(pool)}
@@ -339,6 +342,20 @@ class RouterObserver:
                     m.scale_events.labels(pool, direction).inc()
             if doc.events:
                 self._events_seen_unix_s[pool] = max(seen, doc.events[-1].unix_s)
+
+    def _fold_integrity(self, pool: PoolName, replica_id: str, report: Any) -> None:
+        """One replica's cumulative KV-integrity counts (EngineCounters.integrity) into the
+        router's counters."""
+        if not isinstance(report, dict):
+            return
+        m = self.metrics
+        count = self._since_last_scrape
+        m.kv_integrity_checks.labels(pool).inc(count("checks", replica_id, report["checks"]))
+        after = count("after_expiry", replica_id, report["notifications_after_expiry"])
+        m.kv_after_expiry.labels(pool).inc(after)
+        for reason, total in report["failures"].items():
+            failed = count(f"integrity:{reason}", replica_id, int(total))
+            m.kv_integrity_failures.labels(pool, reason).inc(failed)
 
     def _since_last_scrape(self, counter: str, replica_id: str, total: int) -> int:
         """How much one replica's cumulative engine counter grew since the last scrape (a

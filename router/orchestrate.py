@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -48,6 +49,7 @@ from pdserve.router.admission import AdmissionRejected
 from pdserve.router.deadlines import Budget, RequestDeadlines
 from pdserve.router.dispatch import Dispatcher
 from pdserve.router.errors import OpenAIError
+from pdserve.router.fault_hooks import HandoffSwapper
 from pdserve.router.observe import FallbackReason, RequestObservation
 from pdserve.router.placement import Placer
 from pdserve.router.policy.types import Decision, NoReplicaError
@@ -87,7 +89,9 @@ class Generation:
     """The decode stream; iterate it to the end, or `aclose()` it to abort the request."""
 
 
-def prefill_request(prepared: PreparedRequest, decision: Decision | None) -> PrefillRequest:
+def prefill_request(
+    prepared: PreparedRequest, decision: Decision | None, verify_kv: bool = False
+) -> PrefillRequest:
     """The message to the prefill pool."""
     return PrefillRequest(
         request_id=f"{prepared.engine_request_id}-p",
@@ -95,6 +99,7 @@ def prefill_request(prepared: PreparedRequest, decision: Decision | None) -> Pre
         priority=decision.engine_priority if decision is not None else prepared.priority,
         target_replica_id=decision.prefill_replica_id if decision is not None else None,
         expected_cached_tokens=decision.num_cached_tokens if decision is not None else 0,
+        verify_kv=verify_kv,
     )
 
 
@@ -103,8 +108,12 @@ def decode_request(
     decision: Decision | None,
     handoff: KVHandoff | None,
     stream_batch_interval_s: float,
+    verify_kv: bool = False,
+    prefill_request_id: str | None = None,
 ) -> DecodeRequest:
-    """The message to the decode pool; `handoff` None asks for a local prefill."""
+    """The message to the decode pool; `handoff` None asks for a local prefill. `verify_kv`:
+    the handoff came from `prefill_request(..., verify_kv=True)` (whose request id was
+    `prefill_request_id`) and must be checked."""
     return DecodeRequest(
         request_id=f"{prepared.engine_request_id}-d",
         prompt_token_ids=prepared.prompt_token_ids,
@@ -116,6 +125,8 @@ def decode_request(
         # Streaming: tokens every interval. Otherwise only the first token (for TTFT) and
         # the rest at the end.
         batch_interval_s=stream_batch_interval_s if prepared.stream else math.inf,
+        verify_kv=verify_kv and handoff is not None,
+        prefill_request_id=prefill_request_id if handoff is not None else None,
     )
 
 
@@ -130,10 +141,19 @@ class Orchestrator:
         clock: Callable[[], float] = time.monotonic,
         *,
         aggregated: bool = False,
+        kv_verify_fraction: float = 1.0,
+        rng: random.Random | None = None,
+        handoff_swapper: HandoffSwapper | None = None,
     ):
         """`clock` is the router's monotonic clock (the one request arrivals are stamped
         with); deadlines count from arrival on it. `aggregated`: there is no prefill pool,
-        so every request prefills on its decode replica (also before the placer is ready)."""
+        so every request prefills on its decode replica (also before the placer is ready).
+        `kv_verify_fraction`: the share of remote prefills whose handoff the engines check
+        (kv_transfer.verify), drawn from `rng`. `handoff_swapper`: the swap_handoffs fault
+        hook (tests only; pdserve.router.fault_hooks)."""
+        self._kv_verify_fraction = kv_verify_fraction
+        self._rng = rng or random.Random()
+        self._handoff_swapper = handoff_swapper
         self._aggregated = aggregated
         self._dispatcher = dispatcher
         self._placer = placer
@@ -144,10 +164,15 @@ class Orchestrator:
         self._releases: set[asyncio.Task[None]] = set()  # in flight, kept from the GC
 
     async def run(
-        self, prepared: PreparedRequest, obs: RequestObservation, policy: PolicyName | None
+        self,
+        prepared: PreparedRequest,
+        obs: RequestObservation,
+        policy: PolicyName | None,
+        kv_verify: bool | None = None,
     ) -> Generation:
         """Place the request, prefill it (remotely, or locally on decode) and return the
-        decode stream. `policy` overrides the configured routing policy for this request.
+        decode stream. `policy` overrides the configured routing policy for this request,
+        `kv_verify` the kv_transfer.verify setting (None: the setting decides).
         Raises at `placement` or `prefill` (see the module docstring)."""
         deadlines = RequestDeadlines(self._deadlines, obs.timeline.arrival_s, self._clock)
         decision = self._place(prepared, policy, obs)
@@ -160,16 +185,30 @@ class Orchestrator:
             chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
             return Generation(num_prompt, chunks)
         obs.dispatched(num_prompt, local_prefill=False)
-        result = await self._prefill_with_fallback(prepared, decision, obs, deadlines)
+        verify = self._verify(kv_verify)
+        obs.timeline.kv_verified = verify
+        result = await self._prefill_with_fallback(prepared, decision, obs, deadlines, verify)
         if result is None:  # fell back to prefilling on the decode replica
             obs.dispatched(num_prompt, local_prefill=True)
             request = decode_request(prepared, decision, None, interval)
             chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
             return Generation(num_prompt, chunks)
         obs.prefill_returned(result)
-        request = decode_request(prepared, decision, result.handoff, interval)
+        handoff = result.handoff
+        if self._handoff_swapper is not None:
+            handoff = await self._handoff_swapper.exchange(handoff)
+        request = decode_request(
+            prepared, decision, handoff, interval, verify, prefill_request_id=result.request_id
+        )
         chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
         return Generation(result.num_prompt_tokens, chunks)
+
+    def _verify(self, override: bool | None) -> bool:
+        """Whether this remote prefill's handoff is checked."""
+        if override is not None:
+            return override
+        fraction = self._kv_verify_fraction
+        return fraction >= 1.0 or (fraction > 0.0 and self._rng.random() < fraction)
 
     async def _prefill_with_fallback(
         self,
@@ -177,12 +216,13 @@ class Orchestrator:
         decision: Decision | None,
         obs: RequestObservation,
         deadlines: RequestDeadlines,
+        verify_kv: bool = False,
     ) -> PrefillResult | None:
         """The remote prefill, recovered per `router.fallback.prefill` when it fails:
         retried once on another prefill replica and/or replaced by a local prefill (None).
         Raises when the configured recovery is exhausted (failure point `prefill`)."""
         action = self._fallback.prefill
-        request = prefill_request(prepared, decision)
+        request = prefill_request(prepared, decision, verify_kv)
         try:
             return await self._prefill(request, obs, deadlines.prefill())
         except Exception as exc:

@@ -52,6 +52,11 @@ class Timeline:
     prefill_replica_id: str = ""
     """The replicas that actually served the request (from their own replies)."""
     decode_replica_id: str = ""
+    kv_verified: bool = False
+    """The router asked the engines to check this request's KV handoff (kv_transfer.verify)."""
+    kv_recomputed: str | None = None
+    """Why the decode engine recomputed the prompt instead of decoding from its handoff (a KV
+    integrity failure reason: digest, identity, stale, unverifiable); None: it did not."""
 
     def stages(self) -> dict[str, float]:
         """Durations in seconds of the stages reached so far (all >= 0)."""

@@ -316,6 +316,11 @@ class EngineServer:
         cost = self._config.router.routing.cost_model
         return cost.est_backlog_s(queued.num_tokens, queued.num_requests)
 
+    def take_kv_verdict(self, request_id: str) -> str | None:
+        """Why the engine recomputed this request's prompt instead of using its KV handoff
+        (an integrity failure reason), or None; read once, by the decode stream."""
+        return self._counters.take_verdict(request_id)
+
     def take_itl_s(self) -> float:
         """vLLM's mean inter-token latency since the last call (0.0 when idle); restarts it."""
         return self._counters.take_itl_s()
@@ -349,6 +354,7 @@ class EngineServer:
             "kv_events_endpoint": self.kv_events_endpoint,
             "kv_transfer_failures_total": s.num_kv_transfer_failures_total,
             "kv_expired_total": s.num_kv_expired_total,
+            "kv_integrity": self._counters.integrity(),
             # Engine-measured histograms (pdserve.messages.BucketCounts), cumulative; the router
             # sums them per pool (router/engine_histograms.py).
             "kv_transfer_seconds": self._counters.kv_transfer_seconds.report(),

@@ -7,9 +7,15 @@ vLLM calls `record()` from the engine's output loop after every step, in the rep
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
+from pdserve.kv_transfer.integrity import FAILURE_REASONS
+from pdserve.kv_transfer.verified_stats import CHECKS_KEY, FAILED_KEY
 from pdserve.messages import BYTES_BUCKETS, SECONDS_BUCKETS, BucketCounts, EngineStats
+
+MAX_VERDICTS = 10_000
+"""Per-request integrity verdicts kept until the decode stream reads them (oldest dropped)."""
 
 
 class EngineCounters:
@@ -27,6 +33,10 @@ class EngineCounters:
         self._xfers = 0
         self._xfer_failures = 0
         self._expired = 0
+        self._after_expiry = 0
+        self._integrity_checks = 0
+        self._integrity_failures = dict.fromkeys(FAILURE_REASONS, 0)
+        self._verdicts: OrderedDict[str, str] = OrderedDict()
         self._xfer_bytes = 0
         self._xfer_seconds = 0.0
         self._itl_sum_s = 0.0
@@ -70,6 +80,27 @@ class EngineCounters:
             for key in ("num_failed_transfers", "num_failed_handshakes", "num_failed_notifications")
         )
         self._expired += len(data.get("num_kv_expired_reqs") or [])
+        self._after_expiry += len(data.get("num_notifications_after_expiry") or [])
+        self._integrity_checks += len(data.get(CHECKS_KEY) or [])
+        for request_id, reason in data.get(FAILED_KEY) or []:
+            if reason in self._integrity_failures:
+                self._integrity_failures[reason] += 1
+            self._verdicts[request_id] = reason
+            while len(self._verdicts) > MAX_VERDICTS:
+                self._verdicts.popitem(last=False)
+
+    def take_verdict(self, request_id: str) -> str | None:
+        """Why this (decode) engine did not use the request's KV handoff and recomputed the
+        prompt (an integrity FailureReason), or None; forgets it once read."""
+        return self._verdicts.pop(request_id, None)
+
+    def integrity(self) -> dict[str, object]:
+        """Cumulative KV-integrity counts (see pdserve.kv_transfer.integrity)."""
+        return {
+            "checks": self._integrity_checks,
+            "failures": dict(self._integrity_failures),
+            "notifications_after_expiry": self._after_expiry,
+        }
 
     def take_itl_s(self) -> float:
         """Mean inter-token latency (vLLM's own, per token) of the tokens generated since the

@@ -129,6 +129,10 @@ class TopView:
     scaling: tuple[ScalingRow, ...] = ()
     scale_events: tuple[EventRow, ...] = ()
     """The most recent scale events of every elastic pool, newest first."""
+    kv_checks_per_s: float | None = None
+    """KV handoffs checked per second (`pdserve_kv_integrity_checks_total`)."""
+    kv_integrity_failures: tuple[RateRow, ...] = ()
+    """Handoffs not used (recomputed) per second, by reason."""
 
 
 def _ordered(keys: Iterable[str], preferred: tuple[str, ...]) -> list[str]:
@@ -256,6 +260,19 @@ def rate_rows(
     )
 
 
+INTEGRITY_REASONS = ("digest", "identity", "stale", "unverifiable")
+
+
+def integrity_rows(delta: Mapping[SampleKey, float], span_s: float) -> tuple[RateRow, ...]:
+    """Per-second `pdserve_kv_integrity_failures_total` by reason (every reason seen)."""
+    failures = sum_by(delta, "pdserve_kv_integrity_failures_total", ("reason",))
+    increases = {k[0]: v for k, v in failures.items()}
+    return tuple(
+        RateRow(reason, increases[reason] / span_s if span_s > 0 else 0.0)
+        for reason in _ordered(increases, INTEGRITY_REASONS)
+    )
+
+
 def build_view(
     window: ScrapeWindow,
     fabric: tuple[FabricPoint, ...] | None = None,
@@ -304,4 +321,6 @@ def build_view(
         fallbacks_per_s=d.rate(total(s, "pdserve_fallbacks_total")),
         scaling=base.scaling,
         scale_events=base.scale_events,
+        kv_checks_per_s=d.rate(total(s, "pdserve_kv_integrity_checks_total")),
+        kv_integrity_failures=integrity_rows(s, d.span_s),
     )

@@ -147,10 +147,17 @@ def _kv(view: TopView) -> Group:
         f" · {fmt_rate(view.transfers_per_s)} · mean {fmt_bytes(kv.mean_bytes if kv else None)}"
         f" · {fmt_bandwidth(kv.bytes_per_s if kv else None)}",
     )
+    checks = Text.assemble(
+        ("KV integrity ", "bold"),
+        f"checked {fmt_rate(view.kv_checks_per_s)} · recomputed ",
+        _rates(view.kv_integrity_failures, bad=True)
+        if any(r.per_s > 0 for r in view.kv_integrity_failures)
+        else Text("none", style="green"),
+    )
     verdict = view.verdict
     if verdict is None:
-        return Group(line, Text("collecting… (rates need two scrapes)", style="dim"))
-    return Group(line, Text(verdict.message, style=_VERDICT_STYLE[verdict.level]))
+        return Group(line, checks, Text("collecting… (rates need two scrapes)", style="dim"))
+    return Group(line, checks, Text(verdict.message, style=_VERDICT_STYLE[verdict.level]))
 
 
 def render(

@@ -180,10 +180,12 @@ def start_cluster(
     metrics_port: int,
     api_key: str | None = None,
     overrides: Mapping[str, Any] | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> tuple[Cluster, dict[str, str]]:
     """`pdserve up --detach` on private ports (with PDSERVE_API_KEY set when `api_key` is),
-    with `overrides` merged into the config (nested mappings key by key); returns the cluster
-    and the env for `down`."""
+    with `overrides` merged into the config (nested mappings key by key) and `extra_env` in
+    the environment of `up` (so of every Ray worker and engine); returns the cluster and the
+    env for `down`."""
     raw = merged(yaml.safe_load((ROOT / "deploy" / config_file).read_text()), overrides or {})
     raw["router"]["port"] = router_port
     cfg_path = tmp / "test.yaml"
@@ -196,6 +198,7 @@ def start_cluster(
         "PDSERVE_RAY_METRICS_PORT": str(metrics_port),
     }
     env.pop("PDSERVE_API_KEY", None)
+    env.update(extra_env or {})
     if api_key is not None:
         env["PDSERVE_API_KEY"] = api_key
     up = run_up(PDSERVE, cfg_path, env)
@@ -212,15 +215,16 @@ def package_cluster(
     ports: tuple[int, int, int],
     api_key: str | None = None,
     overrides: Mapping[str, Any] | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[Cluster]:
-    """A package's own cluster from `deploy/<config_file>` (with `overrides`, as
-    `start_cluster`) on (router, Ray, Ray metrics) `ports`: started, yielded, then stopped;
+    """A package's own cluster from `deploy/<config_file>` (with `overrides` and `extra_env`,
+    as `start_cluster`) on (router, Ray, Ray metrics) `ports`: started, yielded, then stopped;
     `down` must leave nothing behind."""
     shm_before = cluster_procs.shm_snapshot()
     router_port, ray_port, metrics_port = ports
     tmp = tmp_path_factory.mktemp(config_file.removesuffix(".yaml"))
     cluster, env = start_cluster(
-        config_file, tmp, router_port, ray_port, metrics_port, api_key, overrides
+        config_file, tmp, router_port, ray_port, metrics_port, api_key, overrides, extra_env
     )
     try:
         yield cluster

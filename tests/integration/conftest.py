@@ -44,9 +44,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the packages with clusters of their own first, one at a time, before the session
     cluster starts: the 2 prefill + 1 decode package (its fault tests time engine
     replacements, which a 2-core machine running two more clusters' engines slows
-    several-fold), then the two-node package, the autoscaling one and the aggregated one.
+    several-fold), then the two-node package, the autoscaling one, the aggregated one and the
+    KV-integrity one (its fault cases: corrupted, stale and swapped handoffs).
     Each stops its cluster when it ends, so the session cluster's tests then run alone too."""
-    order = ("/two_prefill/", "/two_node/", "/autoscale/", "/aggregated/")
+    order = ("/two_prefill/", "/two_node/", "/autoscale/", "/aggregated/", "/kv_integrity/")
     first = [i for key in order for i in items if key in str(i.path)]
     if first:
         items[:] = first + [i for i in items if i not in first]

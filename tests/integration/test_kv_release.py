@@ -1,5 +1,5 @@
 """Stranded KV: a prefill whose decode never comes holds its blocks on the prefill engine until
-vLLM's lease (`kv_transfer.abort_request_timeout_seconds`, 120 s) — unless the router releases
+vLLM's lease (`kv_transfer.kv_lease_seconds`, 30 s) — unless the router releases
 it through a decode replica, which frees it at once. Measured on the real engines: two
 prefills held, one released; the released one's blocks are free within seconds, the other's
 are still held."""
@@ -55,7 +55,7 @@ def test_a_released_handoff_frees_the_prefill_kv_before_its_lease(
 
     release = KVRelease(request_id="kv-release-r", handoff=freed.handoff)
     engine_handles["decode"].release.remote(release).result(timeout_s=30)
-    time.sleep(3)  # the lease is 120 s; a release takes effect in well under a second
+    time.sleep(3)  # the lease is 30 s; a release takes effect in well under a second
     now = _usage(engine_handles)
     # Freeing one of the two prompts removes about half of what they hold.
     assert now < both - 0.25 * held, f"usage {idle:.5f} -> {both:.5f} -> {now:.5f}: not freed"

@@ -119,3 +119,62 @@ def test_each_replica_gets_its_own_cores_by_local_rank() -> None:
     )
     binds = [engine_environment(cfg, "decode", 1, "127.0.0.1", rank) for rank in range(3)]
     assert [env["VLLM_CPU_OMP_THREADS_BIND"] for env in binds] == ["0", "1", "0"]
+
+
+def test_the_lease_goes_where_vllm_reads_it_and_verify_loads_the_checked_connector() -> None:
+    cfg = PdserveConfig.model_validate({"kv_transfer": {"kv_lease_seconds": 12}})
+    for role in ("prefill", "decode"):
+        kv = kv_transfer_config(cfg, role)  # type: ignore[arg-type]
+        assert kv["kv_connector_extra_config"]["kv_lease_duration"] == 12
+        assert kv["kv_connector"] == "NixlConnector"  # vLLM checks connectors by this name
+        assert kv["kv_connector_module_path"] == "pdserve.kv_transfer.verified_connector"
+        env = engine_environment(cfg, role, 15600, "127.0.0.1")  # type: ignore[arg-type]
+        assert not any("ABORT_REQUEST_TIMEOUT" in k for k in env)  # vLLM no longer reads it
+    sampled = PdserveConfig.model_validate({"kv_transfer": {"verify": "sample:0.1"}})
+    assert "kv_connector_module_path" in kv_transfer_config(sampled, "decode")  # type: ignore[operator]
+    off = PdserveConfig.model_validate({"kv_transfer": {"verify": "off"}})
+    assert "kv_connector_module_path" not in kv_transfer_config(off, "decode")  # type: ignore[operator]
+
+
+def test_the_verified_connector_keeps_vllms_connector_name_and_class() -> None:
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPullConnector
+
+    from pdserve.kv_transfer import verified_connector
+
+    assert verified_connector.NixlConnector.__name__ == "NixlConnector"
+    assert issubclass(verified_connector.NixlConnector, NixlPullConnector)
+
+
+@pytest.mark.parametrize(
+    ("verify", "fraction"), [("all", 1.0), ("off", 0.0), ("sample:0.25", 0.25), ("sample:1", 1.0)]
+)
+def test_verify_settings(verify: str, fraction: float) -> None:
+    cfg = PdserveConfig.model_validate({"kv_transfer": {"verify": verify}})
+    assert cfg.kv_transfer.verify_fraction == fraction
+
+
+@pytest.mark.parametrize("bad", ["some", "sample:", "sample:1.5", "sample:-0.1", "ALL"])
+def test_bad_verify_settings_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="verify"):
+        PdserveConfig.model_validate({"kv_transfer": {"verify": bad}})
+
+
+def test_a_lease_shorter_than_the_busy_replica_wait_is_refused() -> None:
+    with pytest.raises(ValueError, match="kv_lease_seconds"):
+        PdserveConfig.model_validate(
+            {"kv_transfer": {"kv_lease_seconds": 6},
+             "router": {"deadlines": {"busy_replica_wait_seconds": 6}}}
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="kv_lease_seconds"):
+        PdserveConfig.model_validate({"kv_transfer": {"kv_lease_seconds": 5}})
+
+
+def test_checked_handoffs_need_the_same_tensor_parallel_size_in_both_pools() -> None:
+    pools = {
+        "platform": "cuda",
+        "prefill": {"num_gpus": 2, "engine": {"tensor_parallel_size": 2}},
+        "decode": {"num_gpus": 1},
+    }
+    with pytest.raises(ValueError, match="same tensor_parallel_size"):
+        PdserveConfig.model_validate(pools)
+    PdserveConfig.model_validate({**pools, "kv_transfer": {"verify": "off"}})

@@ -344,3 +344,19 @@ def _window_of(replicas: dict[str, Any]) -> ScrapeWindow:
     window = ScrapeWindow(30)
     window.add(_scrape(RouterMetrics(), 0.0, replicas))
     return window
+
+
+def test_render_shows_kv_checks_and_recomputed_handoffs_by_reason() -> None:
+    window = ScrapeWindow(30)
+    m = RouterMetrics()
+    window.add(_scrape(m, 0.0))
+    console = Console(record=True, width=120)
+    m.kv_integrity_checks.labels("decode").inc(8)
+    window.add(_scrape(m, 2.0))
+    console.print(render(build_view(window, (READ_1M,)), "http://x", 30, 2, "12:00:00", None))
+    assert "KV integrity checked 4.00/s · recomputed none" in console.export_text()
+    m.kv_integrity_failures.labels("decode", "stale").inc(2)
+    window.add(_scrape(m, 4.0))
+    console = Console(record=True, width=120)
+    console.print(render(build_view(window, (READ_1M,)), "http://x", 30, 2, "12:00:00", None))
+    assert "recomputed stale 0.50/s" in console.export_text()

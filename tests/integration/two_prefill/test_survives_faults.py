@@ -95,7 +95,7 @@ def test_clients_gone_between_prefill_and_decode_free_the_prefill_kv(two_prefill
     # abandoned prompts prefill: on the busy CI machine 6 s (the default) was not always enough.
     run = run_fault(two_prefill, "client-gone", gone_stall_s=20)
     assert run.row.abandoned == 4
-    # The lease (kv_transfer.abort_request_timeout_seconds) is 120 s: this is the release.
+    # The lease (kv_transfer.kv_lease_seconds) is 30 s: this is the release.
     assert run.row.recovered_s is not None and run.row.recovered_s < 10, run.row
 
 

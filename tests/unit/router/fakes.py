@@ -129,6 +129,7 @@ class FakeDispatcher:
             num_cached_tokens=self.num_cached_prefill,
             engine_times=PREFILL_TIMES,
             replica_id=request.target_replica_id or "p0",
+            request_id=request.request_id,
         )
 
     async def decode(self, request: DecodeRequest) -> AsyncGenerator[DecodeChunk, None]:

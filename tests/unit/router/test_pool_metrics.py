@@ -56,3 +56,30 @@ def test_engine_expired_kv_becomes_a_router_counter_per_pool() -> None:
     assert get("pdserve_kv_expired_total", {"pool": "prefill"}) == 2
     assert (get("pdserve_kv_expired_total", {"pool": "decode"}) or 0.0) == 0
     assert _failures(metrics, "prefill") == 0  # a separate counter
+
+
+def test_engine_integrity_counts_become_router_counters_per_pool_and_reason() -> None:
+    decode = FixedSource(["d0"])
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", FixedSource(["p0"]))
+    view.attach("decode", decode)
+    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
+    metrics = RouterMetrics()
+    observer = RouterObserver(metrics, placer)
+    failures = {"digest": 0, "identity": 0, "stale": 0, "unverifiable": 0}
+    report = {"checks": 0, "failures": failures, "notifications_after_expiry": 0}
+    decode.replicas()[0][1]["kv_integrity"] = report
+    observer.update_pool_gauges()
+    report["checks"] = 5
+    failures["stale"] = 2
+    failures["digest"] = 1
+    report["notifications_after_expiry"] = 1
+    observer.update_pool_gauges()
+    observer.update_pool_gauges()  # nothing new: counted once
+    get = metrics.registry.get_sample_value
+    assert get("pdserve_kv_integrity_checks_total", {"pool": "decode"}) == 5
+    assert get("pdserve_kv_integrity_failures_total", {"pool": "decode", "reason": "stale"}) == 2
+    assert get("pdserve_kv_integrity_failures_total", {"pool": "decode", "reason": "digest"}) == 1
+    assert get("pdserve_kv_notifications_after_expiry_total", {"pool": "decode"}) == 1
+    labels = {"pool": "decode", "reason": "identity"}
+    assert (get("pdserve_kv_integrity_failures_total", labels) or 0.0) == 0

@@ -114,12 +114,16 @@ def identity_failure(
     num_remote_blocks: int,
     tp_rank: int,
     now_unix_s: float,
+    digests_comparable: bool = True,
 ) -> FailureReason | None:
     """Why a decode engine must not pull this handoff, or None when it may.
 
     Called once per verified request when the decode engine's scheduler receives it.
     `expected_request_id`: what the router sent to the prefill engine (None: not known, the
     request-id check is skipped; the prompt hash still binds the handoff to this prompt).
+    `digests_comparable`: False when the pools' tensor-parallel sizes differ (a decode rank
+    then holds other bytes than any one prefill rank): the digests are neither required nor
+    checked, identity and lease still are.
     """
     if record is None:
         return "unverifiable"
@@ -133,7 +137,9 @@ def identity_failure(
         or record.prompt_sha256 != prompt_sha256(prompt_token_ids)
     ):
         return "identity"
-    if tp_rank >= len(record.digests) or len(record.digests[tp_rank]) != num_remote_blocks:
+    if digests_comparable and (
+        tp_rank >= len(record.digests) or len(record.digests[tp_rank]) != num_remote_blocks
+    ):
         return "unverifiable"
     if now_unix_s > record.lease_expires_unix_s - STALE_MARGIN_S:
         return "stale"

@@ -160,9 +160,15 @@ class IntegrityScheduler:
             num_remote_blocks=len(remote[0]) if remote else 0,
             tp_rank=0,
             now_unix_s=self._clock(),
+            digests_comparable=self.digests_comparable(params),
         )
         if reason is not None:
             self.strip(request, reason)
+
+    def digests_comparable(self, params: dict[str, Any]) -> bool:
+        """Whether the producer's per-rank digests describe this engine's ranks' bytes: the
+        same tensor-parallel size on both sides (vLLM puts the producer's in `tp_size`)."""
+        return int(params.get("tp_size") or 1) == self._tp_ranks
 
     def strip(self, request: Any, reason: FailureReason) -> None:
         params = request.kv_transfer_params
@@ -177,15 +183,16 @@ class IntegrityScheduler:
         params["remote_block_ids"] = None
         self._counts.failure(reason, external_request_id(request.request_id))
 
-    @staticmethod
-    def expectations(reqs_need_recv: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def expectations(self, reqs_need_recv: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """req_id -> the wire record, for the verified requests whose pull is being planned
-        (vLLM's `_reqs_need_recv` before build_connector_meta clears it)."""
+        and whose digests this engine can compare (vLLM's `_reqs_need_recv` before
+        build_connector_meta clears it)."""
         out: dict[str, dict[str, Any]] = {}
         for req_id, entry in reqs_need_recv.items():
             params = entry[0].kv_transfer_params or {}
             record = params.get(INTEGRITY_KEY)
-            if params.get(VERIFY_KEY) and record and any(entry[1]):
+            verified = params.get(VERIFY_KEY) and record and any(entry[1])
+            if verified and self.digests_comparable(params):
                 out[req_id] = record
         return out
 

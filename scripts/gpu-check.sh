@@ -9,6 +9,8 @@
 #   model      the gpu-check demo model (~415 MB bf16), created offline (model.json)
 #   config     run config from deploy/gpu-check.yaml with that model and private ports
 #   kv-check   `pdserve kv-check --device cuda`: NIXL bandwidth/latency, TCP fallback
+#   digest     the KV integrity digest's cost on the device against a plain copy (digest.json;
+#              python -m pdserve.kv_transfer.digest_bench, docs/kv-integrity.md)
 #   reference  an aggregated vLLM server of the same model (started beside the cluster)
 #   up         `pdserve up --detach`: 1 prefill + 1 decode replica sharing the GPU
 #   identity   greedy outputs of pdserve vs the aggregated server, token by token
@@ -179,6 +181,8 @@ source "$OUT_DIR/config.env"  # ROUTER_URL REF_URL MODEL_NAME REF_ARGS REF_ENV
 # The fabric first, on an idle GPU: two NIXL agents on this node.
 run_step kv-check 120 200 "$PDSERVE" kv-check --device "$PLATFORM" --sizes "$KV_SIZES" \
   --json "$OUT_DIR/kv_check.json"
+run_step digest 60 200 "$PY" -m pdserve.kv_transfer.digest_bench --device "$PLATFORM" \
+  --mib 256 --json "$OUT_DIR/digest.json"
 
 # The reference server starts while the cluster does (both take most of their time loading).
 say "reference: starting an aggregated vLLM server at $REF_URL (log $OUT_DIR/reference.log)"

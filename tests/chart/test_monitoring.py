@@ -32,6 +32,7 @@ REQUIRED_ALERTS = {
     "PdservePrefillBottleneck",
     "PdserveDecodeBottleneck",
     "PdservePoolNoReadyReplicas",
+    "PdserveKVIntegrityFailures",
 }
 
 

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import ChatMessage, RequestSpec
 from pdserve.bench.payload import POLICY_HEADER, request_body, request_headers
+from pdserve.router.headers import KV_VERIFY_HEADER
 
 
 @pytest.mark.parametrize(
@@ -68,3 +69,11 @@ def test_spec_needs_exactly_one_prompt_kind() -> None:
 def test_policy_header() -> None:
     assert request_headers(None) == {}
     assert request_headers("pdserve") == {POLICY_HEADER: "pdserve"}
+
+
+def test_kv_verify_phases_send_the_kv_verify_header_and_not_a_policy() -> None:
+    assert request_headers("kv-verify:off") == {KV_VERIFY_HEADER: "off"}
+    assert request_headers("kv-verify:on") == {KV_VERIFY_HEADER: "on"}
+    BenchConfig(policies=("kv-verify:on", "kv-verify:off"))
+    with pytest.raises(ValidationError, match="kv-verify:on or kv-verify:off"):
+        BenchConfig(policies=("kv-verify:maybe", "kv-verify:off"))

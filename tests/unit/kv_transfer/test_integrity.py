@@ -90,6 +90,11 @@ def test_a_handoff_that_does_not_belong_or_has_expired_is_refused(
     assert check(rec, **kw) == reason
 
 
+def test_digests_are_not_required_when_they_cannot_be_compared() -> None:
+    assert check(record(digests=()), digests_comparable=False) is None
+    assert check(record(model="x"), digests_comparable=False) == "identity"
+
+
 def test_without_an_expected_id_the_prompt_hash_still_binds_the_handoff() -> None:
     assert check(record(), expected_request_id=None) is None
     assert check(record(), expected_request_id=None, prompt_token_ids=PROMPT[::-1]) == "identity"

@@ -160,6 +160,19 @@ def test_the_consumer_strips_a_foreign_or_late_handoff_so_the_engine_prefills_it
     assert counts.take() == {CHECKS_KEY: [1, 1], FAILED_KEY: [["d", "identity"], ["d", "stale"]]}
 
 
+def test_with_other_tp_sizes_identity_and_lease_are_checked_but_not_digests() -> None:
+    counts = IntegrityCounts()
+    s = scheduler(counts)
+    params = good_params([1, 2])
+    params["tp_size"] = 2  # the prefill engine's; this decode engine has 1
+    params[INTEGRITY_KEY]["digests"] = [[], []]
+    s.check_arrival(arriving(params, [1, 2]))
+    assert params["do_remote_prefill"] is True
+    assert s.expectations({"a": (arriving(params, [1, 2]), ([5],), (), True)}) == {}
+    s.check_arrival(arriving(good_params([1, 2], expires=NOW), [1, 2]))
+    assert counts.take()[FAILED_KEY] == [["d", "stale"]]
+
+
 def test_an_unverified_decode_is_not_checked() -> None:
     counts = IntegrityCounts()
     s = scheduler(counts)
@@ -174,5 +187,5 @@ def test_expectations_carry_the_record_of_verified_pulls_only() -> None:
     plain = arriving({**good_params([1]), VERIFY_KEY: False}, [1])
     need_recv = {"a": (verified, ([5, 6],), (), True), "b": (plain, ([7],), (), True),
                  "c": (verified, ([],), (), False)}  # fmt: skip
-    got = IntegrityScheduler.expectations(need_recv)
+    got = scheduler().expectations(need_recv)
     assert list(got) == ["a"] and got["a"] == verified.kv_transfer_params[INTEGRITY_KEY]  # type: ignore[index]

@@ -13,19 +13,26 @@ from pdserve.router.replica_view import ReplicaView
 from tests.unit.router.fakes import BLOCK_TOKENS, FixedSource
 
 
+def _observed(
+    prefill: list[str], decode: list[str]
+) -> tuple[RouterObserver, RouterMetrics, FixedSource, FixedSource]:
+    """A router observer over fixed prefill and decode replicas, and their sources."""
+    sources = FixedSource(prefill), FixedSource(decode)
+    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
+    view.attach("prefill", sources[0])
+    view.attach("decode", sources[1])
+    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
+    metrics = RouterMetrics()
+    return RouterObserver(metrics, placer), metrics, *sources
+
+
 def _failures(metrics: RouterMetrics, pool: str) -> float:
     value = metrics.registry.get_sample_value("pdserve_kv_transfer_failures_total", {"pool": pool})
     return value or 0.0
 
 
 def test_engine_kv_transfer_failures_become_a_router_counter() -> None:
-    decode = FixedSource(["d0", "d1"])
-    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
-    view.attach("prefill", FixedSource(["p0"]))
-    view.attach("decode", decode)
-    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
-    metrics = RouterMetrics()
-    observer = RouterObserver(metrics, placer)
+    observer, metrics, _, decode = _observed(["p0"], ["d0", "d1"])
     stats: list[tuple[str, dict[str, Any]]] = decode.replicas()
 
     observer.update_pool_gauges()
@@ -40,13 +47,7 @@ def test_engine_kv_transfer_failures_become_a_router_counter() -> None:
 
 
 def test_engine_expired_kv_becomes_a_router_counter_per_pool() -> None:
-    prefill = FixedSource(["p0"])
-    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
-    view.attach("prefill", prefill)
-    view.attach("decode", FixedSource(["d0"]))
-    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
-    metrics = RouterMetrics()
-    observer = RouterObserver(metrics, placer)
+    observer, metrics, prefill, _ = _observed(["p0"], ["d0"])
 
     observer.update_pool_gauges()
     prefill.replicas()[0][1]["kv_expired_total"] = 2  # p0's lease freed two unpulled KVs
@@ -59,13 +60,7 @@ def test_engine_expired_kv_becomes_a_router_counter_per_pool() -> None:
 
 
 def test_engine_integrity_counts_become_router_counters_per_pool_and_reason() -> None:
-    decode = FixedSource(["d0"])
-    view = ReplicaView(PrefixIndex(mode="approximate"), refresh_interval_s=0.0)
-    view.attach("prefill", FixedSource(["p0"]))
-    view.attach("decode", decode)
-    placer = Placer(PolicyConfig(block_size_tokens=BLOCK_TOKENS), view, policy="pdserve")
-    metrics = RouterMetrics()
-    observer = RouterObserver(metrics, placer)
+    observer, metrics, _, decode = _observed(["p0"], ["d0"])
     failures = {"digest": 0, "identity": 0, "stale": 0, "unverifiable": 0}
     report = {"checks": 0, "failures": failures, "notifications_after_expiry": 0}
     decode.replicas()[0][1]["kv_integrity"] = report

@@ -156,24 +156,41 @@ RATIO_ROWS = (
 )
 
 
+def _with_rounds(value: float | None, rounds: list[float] | None) -> str:
+    """The pooled ratio, and the range of the per-round ratios when there are several."""
+    if not rounds:
+        return sig3(value)
+    return f"{sig3(value)} ({sig3(min(rounds))}–{sig3(max(rounds))})"
+
+
 def ratios_table(report: BenchReport) -> Table | None:
-    """later ÷ first policy (or deployment); None when not comparing."""
+    """later ÷ first policy (or deployment), with the per-round range in brackets for the
+    latency percentiles when the run had several rounds; None when not comparing."""
     if not report.ratios:
         return None
-    table = Table(title="ratios (latencies: lower is better)")
+    table = Table(title="ratios (latencies: lower is better; per-round range in brackets)")
     table.add_column("metric")
     for key in report.ratios:
         new, base = key.split("/", 1)
         table.add_column(f"{new} ÷ {base}", justify="right")
     columns = list(report.ratios.values())
     for label, field in RATIO_ROWS:
-        table.add_row(label, *(sig3(v.get(field)) for v in columns))
+        table.add_row(
+            label,
+            *(_with_rounds(v.get(field), (v.get("rounds") or {}).get(field)) for v in columns),
+        )
     classes = columns[0].get("classes") or {}
     for cls in classes:
         for label, field in (("TTFT p50", "ttft_p50_s"), ("TTFT p99", "ttft_p99_s")):
             table.add_row(
                 f"{label} ({cls})",
-                *(sig3((v.get("classes") or {}).get(cls, {}).get(field)) for v in columns),
+                *(
+                    _with_rounds(
+                        (v.get("classes") or {}).get(cls, {}).get(field),
+                        (v.get("rounds") or {}).get(f"{cls}:{field}"),
+                    )
+                    for v in columns
+                ),
             )
     if report.workload == "agent":
         table.add_row("prefilled tokens", *(sig3(v.get("prefilled_tokens_total")) for v in columns))

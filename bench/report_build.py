@@ -26,6 +26,7 @@ from pdserve.bench.report import (
     StepRow,
     build_metrics,
 )
+from pdserve.bench.rounds import round_rates, round_values
 from pdserve.bench.stats import mean, ratio
 
 RATIO_FIELDS = (
@@ -34,6 +35,28 @@ RATIO_FIELDS = (
 )  # fmt: skip
 TOKEN_RATIO_FIELDS = ("prompt_tokens_total", "cached_tokens_total", "prefilled_tokens_total")
 CLASS_RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "requests_per_s")
+ROUND_RATIO_FIELDS = (
+    "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p99_s", "requests_per_s",
+)  # fmt: skip
+"""Ratios also given round by round (with --rounds N, N >= 2): latency percentiles and the
+request rate."""
+
+
+def round_ratios(
+    new: PolicyReport, base: PolicyReport, request_class: str | None, field: str
+) -> list[float] | None:
+    """`field`'s ratio new ÷ base within each round (the phases of one round ran back to
+    back): the spread beside the pooled ratio. None without two rounds on both sides."""
+    if field == "requests_per_s" and request_class is None:
+        a, b = round_rates(base), round_rates(new)
+    else:
+        a, b = round_values(base, request_class, field), round_values(new, request_class, field)
+    if a is None or b is None or len(a) != len(b):
+        return None
+    ratios = [ratio(x, y) for x, y in zip(b, a, strict=True)]
+    return [r for r in ratios if r is not None] or None
+
+
 NUM_ERROR_SAMPLES = 10
 
 
@@ -215,6 +238,16 @@ def compute_ratios(policies: dict[str, PolicyReport]) -> dict[str, dict[str, Any
                 for cls, m in new.classes.items()
                 if cls in base.classes
             }
+        rounds: dict[str, list[float]] = {}
+        for f in ROUND_RATIO_FIELDS:
+            if (per_round := round_ratios(new, base, None, f)) is not None:
+                rounds[f] = per_round
+        for cls in values.get("classes") or {}:
+            for f in ("ttft_p50_s", "ttft_p99_s"):
+                if (per_round := round_ratios(new, base, cls, f)) is not None:
+                    rounds[f"{cls}:{f}"] = per_round
+        if rounds:
+            values["rounds"] = rounds
         out[f"{name}/{names[0]}"] = values
     return out
 

@@ -39,6 +39,22 @@ def round_values(
     return present if len(present) >= 2 else None
 
 
+def round_rates(report: PolicyReport) -> tuple[float, ...] | None:
+    """Successful requests per second of each round (from its first start to its last end),
+    in round order; None without kept requests in two rounds."""
+    by_round: dict[int, list[tuple[float, float, bool]]] = {}
+    for r in report.requests:
+        by_round.setdefault(r.round_index, []).append(
+            (r.start_s, r.start_s + r.e2e_s, r.error is None)
+        )
+    rates = []
+    for _, rows in sorted(by_round.items()):
+        span = max(end for _, end, _ in rows) - min(start for start, _, _ in rows)
+        if span > 0:
+            rates.append(sum(ok for _, _, ok in rows) / span)
+    return tuple(rates) if len(rates) >= 2 else None
+
+
 def spread(values: Sequence[float]) -> float | None:
     """max / min of the rounds' values (None without two positive values)."""
     positive = [v for v in values if v > 0]

@@ -11,7 +11,7 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import CacheBreakRecord, PhaseOutcome, PromptCostRecord, RequestResult
 from pdserve.bench.prompts import Calibration
-from pdserve.bench.render import parts_table, steps_table
+from pdserve.bench.render import parts_table, ratios_table, steps_table
 from pdserve.bench.report import BenchReport, build_metrics, is_good
 from pdserve.bench.report_build import build_report, compute_ratios
 
@@ -326,3 +326,21 @@ def test_timeline_stages_are_summarized_in_path_order_per_class() -> None:
     assert table is not None and table.row_count == 5
     plain = build_report(cfg, "m", None, [PhaseOutcome("default", 0, (_result(0),), 1.0)], False)
     assert plain.policies["default"].stages is None and stages_table(plain) is None
+
+
+def test_ratios_give_each_rounds_own_ratio_beside_the_pooled_one() -> None:
+    cfg = BenchConfig(policies=("a", "b"), rounds=2)
+    # Round 0: b is twice as slow; round 1: b is half as fast again (its host sped up).
+    phases = [
+        _mixed_phase("a", 0.1, 0), _mixed_phase("b", 0.2, 0),
+        _mixed_phase("a", 0.4, 1), _mixed_phase("b", 0.2, 1),
+    ]  # fmt: skip
+    report = build_report(cfg, "m", None, phases, interrupted=False)
+    rounds = report.ratios["b/a"]["rounds"]
+    assert rounds["ttft_p50_s"] == pytest.approx([2.0, 0.5])
+    assert rounds["short:ttft_p99_s"] == pytest.approx([2.0, 0.5])
+    assert len(rounds["requests_per_s"]) == 2
+    table = ratios_table(report)
+    assert table is not None
+    cells = [str(c) for c in table.columns[1]._cells]
+    assert "(0.500–2.00)" in cells[0], cells

@@ -219,3 +219,33 @@ def bench_faults(
         _invalid_options(console, exc.errors())
         raise typer.Exit(2) from exc
     raise typer.Exit(run_bench_faults(cfg, console))
+
+
+def bench_router(
+    replicas: Annotated[
+        str, typer.Option(help="Replicas per pool, comma-separated (each pool gets that many).")
+    ] = "8,64,256",
+    entries: Annotated[
+        str, typer.Option(help="(replica, block) entries in the index, comma-separated.")
+    ] = "1000000,10000000",
+    decisions: Annotated[int, typer.Option(min=10, help="Timed decisions per fleet.")] = 2000,
+    json_path: Annotated[pathlib.Path | None, typer.Option("--json", help="Write rows.")] = None,
+) -> None:
+    """The routing decision's CPU time, the prefix index's memory and its ingest rate at fleet
+    size: the real pipeline and index on synthetic replicas (no engines, no Ray)."""
+    import dataclasses
+    import json
+
+    from rich.console import Console
+
+    from pdserve.bench.router_bench import measure, render
+
+    console = Console()
+    rows = []
+    for n_entries in (int(float(e)) for e in entries.split(",")):
+        for n in (int(r) for r in replicas.split(",")):
+            console.print(f"measuring {n}+{n} replicas, {n_entries:,} entries …")
+            rows.append(measure(n, n_entries, decisions))
+    console.print(render(rows))
+    if json_path is not None:
+        json_path.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2) + "\n")

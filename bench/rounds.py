@@ -43,7 +43,7 @@ def round_rates(report: PolicyReport) -> tuple[float, ...] | None:
     """Successful requests per second of each round (from its first start to its last end),
     in round order; None without kept requests in two rounds."""
     by_round: dict[int, list[tuple[float, float, bool]]] = {}
-    for r in report.requests:
+    for r in report.requests or ():
         by_round.setdefault(r.round_index, []).append(
             (r.start_s, r.start_s + r.e2e_s, r.error is None)
         )

@@ -13,7 +13,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from pdserve.bench.cli import bench, bench_faults, bench_overload
+from pdserve.bench.cli import bench, bench_faults, bench_overload, bench_router
 from pdserve.cluster_cli import ConfigOpt, down, join, load, up
 from pdserve.config import PdserveConfig
 from pdserve.context.cli import context_app
@@ -81,6 +81,8 @@ _COMMANDS: list[tuple[str, Callable[..., Any], str]] = [
      "Benchmark an OpenAI-compatible endpoint; compare routing policies (--compare)."),
     ("bench-overload", bench_overload,
      "Overload test: 429s fast, no 5xx or hangs, admitted TTFT bounded (exit 1 if not)."),
+    ("bench-router", bench_router,
+     "Routing decision CPU time, prefix-index memory and ingest at fleet size (no engines)."),
     ("bench-faults", bench_faults,
      "Fault test: kill/freeze real engines under load; reliability table (exit 1: lost)."),
     # pdserve.kv_transfer.fabric_check, pdserve.profiling, pdserve.top

@@ -4,8 +4,8 @@ Called by the router once per request on its hot path, after tokenizing and hash
 prompt's blocks; pure except for the round-robin counters it owns. The router then calls
 `OutstandingWork.start` for the replica that prefills and `PrefixIndex.on_routed`, sends the
 prefill (remote, or local on the decode replica), and calls `OutstandingWork.finish` when the
-prefill ends. Cost: O(replicas x prompt blocks) dictionary lookups plus O(replicas^2) tiny
-arithmetic in the relative scorers.
+prefill ends. Cost: O(replicas x cached prefix blocks) index lookups plus O(replicas) scoring
+(each scorer rates a whole pool at once; `pdserve bench-router` measures it at fleet size).
 
 pdserve's flow: decode pool (filters → scorers → picker) → decider (local or remote
 prefill) → if remote, prefill pool (filters, then the lane filter when `lanes` is on →
@@ -17,12 +17,14 @@ policy stops after the decode pick: the chosen replica prefills the prompt itsel
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Sequence
 
 from pdserve.names import PolicyName, PoolName
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights
 from pdserve.router.policy.plugins import (
+    SCORE_TABLE_ROWS,
     Filter,
     HealthyFilter,
     KVCapacityFilter,
@@ -188,7 +190,10 @@ class RoutingPolicy:
         p_pick = self._picker.pick(request, prefill_candidates, self._prefill_scorers)
         p = p_pick.candidate
         scores.update(p_pick.scores)
-        predicted.update((c.replica_id, c.predicted_ttft_s) for c in prefill_candidates)
+        fastest = heapq.nsmallest(
+            SCORE_TABLE_ROWS, prefill_candidates, key=lambda c: c.predicted_ttft_s
+        )
+        predicted.update((c.replica_id, c.predicted_ttft_s) for c in (p, *fastest))
         cfg = self.config
         gain_s = p.predicted_ttft_s - d.predicted_ttft_s
         if gain_s >= cfg.spill_min_gain_s and d.predicted_ttft_s <= cfg.spill_max_decode_prefill_s:

@@ -9,6 +9,7 @@ decode replica prefills locally; the priority assigner sets the engine priority 
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Sequence
@@ -89,12 +90,18 @@ class LaneFilter:
 
 
 class Scorer(Protocol):
-    """Rates one candidate for one request in [0, 1], 1 = best. `all_candidates` (which
-    includes `candidate`) allows relative normalisation. Pure; called once per candidate per
-    request. `name` keys the weights in config and the Decision.scores table."""
+    """Rates candidates for one request in [0, 1], 1 = best. Pure. `name` keys the weights in
+    config and the Decision.scores table.
+
+    `scores` rates all candidates of a pool at once (the picker calls it once per pool per
+    request): a relative scorer computes its normaliser once, so a pool of n replicas costs
+    O(n). `score` rates one candidate against `all_candidates` (which includes it); it gives the
+    same value as its place in `scores` (O(n) per call: for tests and one-off use)."""
 
     @property
     def name(self) -> str: ...
+
+    def scores(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[float]: ...
 
     def score(
         self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
@@ -103,6 +110,16 @@ class Scorer(Protocol):
 
 def _clamp01(x: float) -> float:
     return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+
+
+def _requests(c: Candidate) -> int:
+    n: int = c.replica.num_running_requests + c.replica.num_waiting_requests
+    return n
+
+
+def _relative(x: float, best: float) -> float:
+    """best / x in [0, 1] for a smaller-is-better quantity; x <= 0 scores 1."""
+    return 1.0 if x <= 0.0 else _clamp01(best / x)
 
 
 class PrefixOverlapScorer:
@@ -114,9 +131,13 @@ class PrefixOverlapScorer:
     def score(
         self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
     ) -> float:
-        if request.num_prompt_tokens <= 0:
-            return 0.0
-        return _clamp01(candidate.num_cached_tokens / request.num_prompt_tokens)
+        return self.scores(request, (candidate,))[0]
+
+    def scores(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[float]:
+        n = request.num_prompt_tokens
+        if n <= 0:
+            return [0.0] * len(candidates)
+        return [_clamp01(c.num_cached_tokens / n) for c in candidates]
 
 
 class OutstandingPrefillScorer:
@@ -132,11 +153,13 @@ class OutstandingPrefillScorer:
     def score(
         self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
     ) -> float:
-        x = candidate.outstanding_prefill_s + candidate.est_prefill_s
-        if x <= 0.0:
-            return 1.0
         best = min(c.outstanding_prefill_s + c.est_prefill_s for c in all_candidates)
-        return _clamp01(best / x)
+        return _relative(candidate.outstanding_prefill_s + candidate.est_prefill_s, best)
+
+    def scores(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[float]:
+        xs = [c.outstanding_prefill_s + c.est_prefill_s for c in candidates]
+        best = min(xs)
+        return [_relative(x, best) for x in xs]
 
 
 class PredictedTTFTScorer:
@@ -151,10 +174,13 @@ class PredictedTTFTScorer:
     def score(
         self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
     ) -> float:
-        x = candidate.predicted_ttft_s
-        if x <= 0.0:
-            return 1.0
-        return _clamp01(min(c.predicted_ttft_s for c in all_candidates) / x)
+        best = min(c.predicted_ttft_s for c in all_candidates)
+        return _relative(candidate.predicted_ttft_s, best)
+
+    def scores(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[float]:
+        xs = [c.predicted_ttft_s for c in candidates]
+        best = min(xs)
+        return [_relative(x, best) for x in xs]
 
 
 class RunningRequestsScorer:
@@ -167,12 +193,13 @@ class RunningRequestsScorer:
     def score(
         self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
     ) -> float:
-        r = candidate.replica
-        n = r.num_running_requests + r.num_waiting_requests
-        best = min(
-            c.replica.num_running_requests + c.replica.num_waiting_requests for c in all_candidates
-        )
-        return _clamp01((1 + best) / (1 + n))
+        best = min(_requests(c) for c in all_candidates)
+        return _clamp01((1 + best) / (1 + _requests(candidate)))
+
+    def scores(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[float]:
+        ns = [_requests(c) for c in candidates]
+        best = min(ns)
+        return [_clamp01((1 + best) / (1 + n)) for n in ns]
 
 
 class KVUsageScorer:
@@ -184,6 +211,9 @@ class KVUsageScorer:
         self, request: RequestSummary, candidate: Candidate, all_candidates: Sequence[Candidate]
     ) -> float:
         return _clamp01(1.0 - candidate.replica.kv_cache_usage)
+
+    def scores(self, request: RequestSummary, candidates: Sequence[Candidate]) -> list[float]:
+        return [_clamp01(1.0 - c.replica.kv_cache_usage) for c in candidates]
 
 
 # ---- picker ----
@@ -197,9 +227,15 @@ class WeightedScorer:
     weight: float
 
 
+SCORE_TABLE_ROWS = 4
+"""Replicas per pool kept in a Pick's (and so the Decision's) score table: the best by total
+(the chosen one among them). At fleet size a full table would cost more than the decision."""
+
+
 @dataclass(frozen=True, slots=True)
 class Pick:
-    """The picker's choice and its inputs: replica id → scorer name → score, plus "total"."""
+    """The picker's choice and its inputs for the best `SCORE_TABLE_ROWS` replicas: replica
+    id → scorer name → score, plus "total"."""
 
     candidate: Candidate
     scores: dict[str, dict[str, float]]
@@ -231,26 +267,25 @@ class MaxScorePicker:
     ) -> Pick:
         if not candidates:
             raise ValueError("MaxScorePicker.pick needs at least one candidate")
-        table: dict[str, dict[str, float]] = {}
-        totals: list[float] = []
-        for c in candidates:
-            row: dict[str, float] = {}
-            total = 0.0
-            for ws in scorers:
-                s = ws.scorer.score(request, c, candidates)
-                row[ws.scorer.name] = s
-                total += ws.weight * s
-            row["total"] = total
-            table[c.replica.replica_id] = row
-            totals.append(total)
+        columns = [(ws, ws.scorer.scores(request, candidates)) for ws in scorers]
+        totals = [0.0] * len(candidates)
+        for ws, values in columns:
+            w = ws.weight
+            totals = [t + w * v for t, v in zip(totals, values, strict=True)]
         top = max(totals)
-        tied = [c for c, t in zip(candidates, totals, strict=True) if top - t <= TIE_TOLERANCE]
+        tied = [i for i, t in enumerate(totals) if top - t <= TIE_TOLERANCE]
         if len(tied) == 1:
             chosen = tied[0]
         else:
-            tied.sort(key=lambda c: c.replica.replica_id)
+            tied.sort(key=lambda i: candidates[i].replica.replica_id)
             chosen = self._rng.choice(tied) if self._rng is not None else tied[0]
-        return Pick(candidate=chosen, scores=table)
+        best = heapq.nlargest(SCORE_TABLE_ROWS, range(len(candidates)), key=totals.__getitem__)
+        table: dict[str, dict[str, float]] = {}
+        for i in ([chosen] + [i for i in best if i != chosen])[:SCORE_TABLE_ROWS]:
+            row = {ws.scorer.name: values[i] for ws, values in columns}
+            row["total"] = totals[i]
+            table[candidates[i].replica.replica_id] = row
+        return Pick(candidate=candidates[chosen], scores=table)
 
 
 # ---- decider ----

@@ -132,7 +132,8 @@ class Decision:
     replica that prefills (the prefill replica, or the decode replica when local);
     `num_cached_tokens_decode` is always the decode replica's. `reason` is a short human
     string for logs and the request timeline; `scores` maps replica id → scorer name → value
-    (plus "total"), the inputs of the choice, for debugging. `policy` is the policy that
+    (plus "total"), the inputs of the choice for the chosen and the best few replicas of each
+    pool (plugins.SCORE_TABLE_ROWS), for debugging. `policy` is the policy that
     decided (after any per-request override).
     """
 
@@ -146,8 +147,9 @@ class Decision:
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     policy: PolicyName = "pdserve"
     predicted_ttft_s: dict[str, float] = field(default_factory=dict)
-    """Predicted seconds to first token per option considered: prefill replica id, or
-    `local:<decode replica id>` for prefilling on decode (pdserve policy only)."""
+    """Predicted seconds to first token of the options weighed: `local:<decode replica id>`
+    for prefilling on decode, and prefill replica ids — the chosen one and the few fastest
+    (pdserve policy only; the whole pool would cost more than the decision at fleet size)."""
     predicted_wait_s: float = 0.0
     """Predicted seconds this request waits for queued prefill work where it prefills (what
     admission control's prefill-backlog bound checks)."""

@@ -1,0 +1,192 @@
+"""`pdserve bench-router`: what one routing decision costs at fleet size (pure: no engines, no
+Ray, no HTTP).
+
+For each fleet (replicas per pool) and index size ((replica, block) entries in all), it builds
+synthetic replica snapshots with random loads, fills the real `PrefixIndex` with KV-event
+batches of 64 blocks (timed: ingest rate; the process's memory growth: bytes per million
+entries), then times `RoutingPolicy.decide` (the real pipeline, policy pdserve) on prompts of
+100 blocks whose first blocks most replicas hold to different depths (a shared system prompt
+and conversation, partially evicted), as process CPU time per decision. Every fleet is also
+given as a ratio to the smallest one measured in the same run.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psutil
+from rich.table import Table
+
+from pdserve.router.policy.pipeline import RoutingPolicy
+from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.types import ReplicaSnapshot, RequestSummary
+
+BLOCK_TOKENS = 16
+PROMPT_BLOCKS = 100
+SHARED_BLOCKS = 60
+HOLDER_SHARE = 0.8
+"""Share of the replicas that hold some of the shared prefix (to a random depth)."""
+EVENT_BATCH = 64
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    replicas_per_pool: int
+    entries: int
+    decision_p50_us: float
+    decision_p99_us: float
+    index_bytes_per_million: float
+    ingest_events_per_s: float
+
+
+@dataclass
+class Fleet:
+    prefill: list[ReplicaSnapshot]
+    decode: list[ReplicaSnapshot]
+    index: PrefixIndex
+    shared: list[int]
+    ingest_s: float
+    index_bytes: int
+
+
+def _snapshots(pool: str, n: int, rng: random.Random) -> list[ReplicaSnapshot]:
+    return [
+        ReplicaSnapshot(
+            replica_id=f"{pool[0]}{i:04d}",
+            pool=pool,  # type: ignore[arg-type]
+            num_running_requests=rng.randrange(0, 32),
+            num_waiting_requests=rng.randrange(0, 4),
+            kv_cache_usage=rng.random() * 0.9,
+            queued_prefill_tokens=rng.randrange(0, 8000),
+            num_queued_prefills=rng.randrange(0, 4),
+        )
+        for i in range(n)
+    ]
+
+
+def _rss() -> int:
+    gc.collect()
+    return int(psutil.Process().memory_info().rss)
+
+
+def build_fleet(
+    replicas_per_pool: int,
+    entries: int,
+    rng: random.Random,
+    make_index: Callable[[], PrefixIndex] = lambda: PrefixIndex(
+        mode="events", default_max_blocks_per_replica=1 << 40
+    ),
+) -> Fleet:
+    """Snapshots of both pools and an index holding `entries` (replica, block) entries: each
+    holder replica holds the shared chain to a random depth, every replica fills up to its
+    share with blocks of its own, all added as KV-event batches of 64."""
+    prefill = _snapshots("prefill", replicas_per_pool, rng)
+    decode = _snapshots("decode", replicas_per_pool, rng)
+    shared = [rng.getrandbits(63) for _ in range(SHARED_BLOCKS)]
+    replicas = [s.replica_id for s in prefill + decode]
+    per_replica = max(1, entries // len(replicas))
+    before = _rss()
+    index = make_index()
+    start = time.perf_counter()
+    for rid in replicas:
+        own: list[int] = []
+        if rng.random() < HOLDER_SHARE:
+            own.extend(shared[: rng.randint(1, SHARED_BLOCKS)])
+        own.extend(rng.getrandbits(63) for _ in range(per_replica - len(own)))
+        for i in range(0, len(own), EVENT_BATCH):
+            index.add_blocks(rid, own[i : i + EVENT_BATCH])
+    ingest_s = time.perf_counter() - start
+    return Fleet(prefill, decode, index, shared, ingest_s, _rss() - before)
+
+
+def prompts(fleet: Fleet, n: int, rng: random.Random) -> list[RequestSummary]:
+    """Prompts of PROMPT_BLOCKS blocks: the shared chain to a random depth, then new blocks."""
+    out = []
+    for i in range(n):
+        depth = rng.randint(0, SHARED_BLOCKS)
+        blocks = fleet.shared[:depth] + [rng.getrandbits(63) for _ in range(PROMPT_BLOCKS - depth)]
+        out.append(
+            RequestSummary(
+                request_id=f"r{i}",
+                num_prompt_tokens=PROMPT_BLOCKS * BLOCK_TOKENS + rng.randrange(BLOCK_TOKENS),
+                block_hashes=tuple(blocks),
+                client_priority=0,
+                arrival_time_s=0.0,
+            )
+        )
+    return out
+
+
+def time_decisions(
+    policy: RoutingPolicy, fleet: Fleet, requests: Sequence[RequestSummary]
+) -> list[float]:
+    """Process CPU seconds of each `decide` call (garbage collection off while timing)."""
+    work = OutstandingWork()
+    times = []
+    gc.disable()
+    try:
+        for request in requests:
+            start = time.process_time_ns()
+            policy.decide(request, fleet.prefill, fleet.decode, fleet.index, work, 0.0)
+            times.append((time.process_time_ns() - start) / 1e9)
+    finally:
+        gc.enable()
+    return times
+
+
+def _p99(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def measure(replicas_per_pool: int, entries: int, num_decisions: int, seed: int = 0) -> FleetRow:
+    rng = random.Random(seed)
+    fleet = build_fleet(replicas_per_pool, entries, rng)
+    from pdserve.router.policy.config import PolicyConfig
+
+    policy = RoutingPolicy(PolicyConfig(block_size_tokens=BLOCK_TOKENS))
+    requests = prompts(fleet, num_decisions, rng)
+    time_decisions(policy, fleet, requests[: min(20, len(requests))])  # warm-up
+    times = time_decisions(policy, fleet, requests)
+    total = len(fleet.prefill + fleet.decode) * max(1, entries // (2 * replicas_per_pool))
+    return FleetRow(
+        replicas_per_pool=replicas_per_pool,
+        entries=total,
+        decision_p50_us=statistics.median(times) * 1e6,
+        decision_p99_us=_p99(times) * 1e6,
+        index_bytes_per_million=fleet.index_bytes / (total / 1e6),
+        ingest_events_per_s=total / fleet.ingest_s if fleet.ingest_s > 0 else float("inf"),
+    )
+
+
+def render(rows: Sequence[FleetRow]) -> Table:
+    """The rows, each with its decision times as a ratio to the smallest fleet of the same
+    index size in this run."""
+    table = Table(title="routing decision at fleet size (process CPU time per decision)")
+    for column in (
+        "replicas/pool", "entries", "p50 µs", "p99 µs", "p50 ÷ smallest", "p99 ÷ smallest",
+        "index MB per 1M entries", "ingest M events/s",
+    ):  # fmt: skip
+        table.add_column(column, justify="right")
+    smallest: dict[int, FleetRow] = {}
+    for row in sorted(rows, key=lambda r: r.replicas_per_pool):
+        smallest.setdefault(round(row.entries, -5), row)
+    for row in rows:
+        base = smallest[round(row.entries, -5)]
+        table.add_row(
+            str(row.replicas_per_pool),
+            f"{row.entries / 1e6:.1f} M",
+            f"{row.decision_p50_us:,.0f}",
+            f"{row.decision_p99_us:,.0f}",
+            f"{row.decision_p50_us / base.decision_p50_us:.2f}",
+            f"{row.decision_p99_us / base.decision_p99_us:.2f}",
+            f"{row.index_bytes_per_million / 1e6:.1f}",
+            f"{row.ingest_events_per_s / 1e6:.2f}",
+        )
+    return table

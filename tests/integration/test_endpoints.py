@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import get_args
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -145,9 +146,11 @@ def test_engines_vllm_metrics_reach_the_ray_metrics_export(cluster: Cluster) -> 
 
 
 def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -> None:
+    from pdserve.kv_transfer.integrity import FAILURE_REASONS
     from pdserve.names import POOLS
     from pdserve.router.context.layout import PARTS
-    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS
+    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS, REJECT_REASONS
+    from pdserve.router.observe import FallbackReason
 
     cluster.client().completions.create(model="pdserve-demo", prompt="label me", max_tokens=2)
     httpx.post(f"{cluster.url}/v1/completions", json={"model": "x", "prompt": "y"}, timeout=10)
@@ -160,6 +163,8 @@ def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -
         "endpoint": {"chat", "completion"},
         "part": set(PARTS),
         "cached": {"true", "false"},
+        # pdserve_kv_integrity_failures_total reports every reason from the first scrape.
+        "reason": set(FAILURE_REASONS) | set(REJECT_REASONS) | set(get_args(FallbackReason)),
     }
     seen = set()
     for family in text_string_to_metric_families(text):

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import psutil
 from rich.table import Table
 
+from pdserve.router.policy import ReplicaSnapshot, RequestSummary
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.policy.state import OutstandingWork
-from pdserve.router.policy.types import ReplicaSnapshot, RequestSummary
 
 BLOCK_TOKENS = 16
 PROMPT_BLOCKS = 100

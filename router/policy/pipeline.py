@@ -190,8 +190,12 @@ class RoutingPolicy:
         p_pick = self._picker.pick(request, prefill_candidates, self._prefill_scorers)
         p = p_pick.candidate
         scores.update(p_pick.scores)
-        fastest = heapq.nsmallest(
-            SCORE_TABLE_ROWS, prefill_candidates, key=lambda c: c.predicted_ttft_s
+        fastest = (
+            prefill_candidates
+            if len(prefill_candidates) <= SCORE_TABLE_ROWS
+            else heapq.nsmallest(
+                SCORE_TABLE_ROWS, prefill_candidates, key=lambda c: c.predicted_ttft_s
+            )
         )
         predicted.update((c.replica_id, c.predicted_ttft_s) for c in (p, *fastest))
         cfg = self.config

@@ -279,9 +279,13 @@ class MaxScorePicker:
         else:
             tied.sort(key=lambda i: candidates[i].replica.replica_id)
             chosen = self._rng.choice(tied) if self._rng is not None else tied[0]
-        best = heapq.nlargest(SCORE_TABLE_ROWS, range(len(candidates)), key=totals.__getitem__)
+        if len(candidates) <= SCORE_TABLE_ROWS:
+            rows: list[int] = list(range(len(candidates)))
+        else:
+            best = heapq.nlargest(SCORE_TABLE_ROWS, range(len(candidates)), key=totals.__getitem__)
+            rows = ([chosen] + [i for i in best if i != chosen])[:SCORE_TABLE_ROWS]
         table: dict[str, dict[str, float]] = {}
-        for i in ([chosen] + [i for i in best if i != chosen])[:SCORE_TABLE_ROWS]:
+        for i in rows:
             row = {ws.scorer.name: values[i] for ws, values in columns}
             row["total"] = totals[i]
             table[candidates[i].replica.replica_id] = row

@@ -250,7 +250,7 @@ class RoutingPolicy:
         index: PrefixIndex,
         work: OutstandingWork,
     ) -> list[Candidate]:
-        candidates = [self._candidate(pool, request, s, index, work) for s in snapshots]
+        candidates = self._candidates(pool, request, snapshots, index, work)
         for f in self._filters:
             candidates = f.filter(request, candidates)
         if pool == "prefill" and self._lane is not None:
@@ -258,6 +258,52 @@ class RoutingPolicy:
         if not candidates:
             raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
         return candidates
+
+    def _candidates(
+        self,
+        pool: PoolName,
+        request: RequestSummary,
+        snapshots: Sequence[ReplicaSnapshot],
+        index: PrefixIndex,
+        work: OutstandingWork,
+    ) -> list[Candidate]:
+        """`_candidate` for every snapshot of a pool, with the request's own terms computed
+        once (the prompt's cost for each cached length seen, its transfer): the hot loop of a
+        decision at fleet size."""
+        cost = self._cost
+        num_prompt = request.num_prompt_tokens
+        hashes = request.block_hashes
+        block = self._block_size
+        lane_s = self.config.lane_long_prefill_s
+        transfer_s = cost.est_transfer_s(num_prompt) if pool == "prefill" else 0
+        est_by_cached: dict[int, float] = {}
+        cached_blocks = index.num_cached_blocks
+        backlog_s = cost.est_backlog_s
+        out = []
+        for snap in snapshots:
+            if snap.pool != pool:
+                raise ValueError(
+                    f"replica {snap.replica_id} is a {snap.pool} replica, passed as {pool}"
+                )
+            rid = snap.replica_id
+            cached = min(cached_blocks(rid, hashes) * block, num_prompt)
+            est = est_by_cached.get(cached)
+            if est is None:
+                est = est_by_cached[cached] = cost.est_prefill_s(num_prompt - cached, cached)
+            out.append(
+                Candidate(
+                    snap,
+                    cached,
+                    est,
+                    max(
+                        work.outstanding_s(rid),
+                        backlog_s(snap.queued_prefill_tokens, snap.num_queued_prefills),
+                    ),
+                    work.num_long_in_flight(rid, lane_s),
+                    transfer_s,
+                )
+            )
+        return out
 
     def _candidate(
         self,
@@ -270,26 +316,7 @@ class RoutingPolicy:
         """Evaluate one replica: cached prefix, own prefill estimate, queued prefill seconds.
         Queued = max(this router's in-flight estimates, the engine's reported queue costed by
         the cost model): the first is fresher, the second also sees other routers' work."""
-        if snap.pool != pool:
-            raise ValueError(
-                f"replica {snap.replica_id} is a {snap.pool} replica, passed as {pool}"
-            )
-        cost = self._cost
-        blocks = index.num_cached_blocks(snap.replica_id, request.block_hashes)
-        cached = min(blocks * self._block_size, request.num_prompt_tokens)
-        return Candidate(
-            replica=snap,
-            num_cached_tokens=cached,
-            est_prefill_s=cost.est_prefill_s(request.num_prompt_tokens - cached, cached),
-            outstanding_prefill_s=max(
-                work.outstanding_s(snap.replica_id),
-                cost.est_backlog_s(snap.queued_prefill_tokens, snap.num_queued_prefills),
-            ),
-            num_long_in_flight=work.num_long_in_flight(
-                snap.replica_id, self.config.lane_long_prefill_s
-            ),
-            transfer_s=cost.est_transfer_s(request.num_prompt_tokens) if pool == "prefill" else 0,
-        )
+        return self._candidates(pool, request, (snap,), index, work)[0]
 
     # ---- baselines: always remote prefill, priority = client priority ----
 

@@ -61,10 +61,6 @@ class BlockDigester:
             raise ValueError("no KV cache tensors to digest")
         self._coefficients: dict[tuple[str, int], Any] = {}
 
-    @property
-    def num_layers(self) -> int:
-        return len(self._layers)
-
     def _coeffs(self, device: Any, num_words: int) -> Any:
         key = (str(device), num_words)
         if key not in self._coefficients:

@@ -27,6 +27,9 @@ from pdserve.kv_transfer.verified_stats import IntegrityCounts
 
 log = logging.getLogger("pdserve.kv_integrity")
 
+MAX_EXPECTED = 100_000
+"""Pulls awaited at once, at most (the oldest is dropped beyond: a pull that never finished,
+e.g. its request aborted)."""
 CORRUPT_VALUE = 3.0
 """What the corrupt_kv fault hook writes into every element of a request's blocks."""
 
@@ -76,6 +79,8 @@ class IntegrityWorker:
             if recv is not None and recv.local_block_ids:
                 local = list(recv.local_block_ids[0])
                 self._expect[req_id] = (HandoffIntegrity.from_wire(record), local)
+        while len(self._expect) > MAX_EXPECTED:
+            del self._expect[next(iter(self._expect))]
 
     def producer_digests(self) -> dict[str, dict[int, tuple[list[int], list[int]]]]:
         """After the forward pass: req_id -> {tp rank: (blocks, digests)} for the prompts that
@@ -126,7 +131,3 @@ class IntegrityWorker:
             else:
                 invalid: queue.Queue[set[int]] = self._nixl._invalid_block_ids
                 invalid.put(set(bad))
-
-    def forget(self, req_ids: set[str]) -> None:
-        for req_id in req_ids:
-            self._expect.pop(req_id, None)

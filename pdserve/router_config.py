@@ -226,7 +226,8 @@ class RouterConfig(StrictModel):
     allow_policy_override: bool = Field(
         default=False,
         description=(
-            "Honour a per-request x-pdserve-policy header (local and benchmark configs only)."
+            "Honour the per-request x-pdserve-policy and x-pdserve-kv-verify headers (local "
+            "and benchmark configs only)."
         ),
     )
     routing: PolicyConfig = Field(

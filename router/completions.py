@@ -175,42 +175,31 @@ class CompletionHandler:
             headers[PROMPT_COST_HEADER] = _dumps(obs.prompt_cost.header_json())
         return headers
 
-    def _kv_verify_of(self, request: Request) -> bool | None:
-        value = request.headers.get(KV_VERIFY_HEADER)
+    def _override(self, request: Request, header: str, allowed: tuple[str, ...]) -> str | None:
+        """A per-request override header's value (None: not sent); 400 when overrides are
+        off on this deployment (router.allow_policy_override) or the value is not `allowed`."""
+        value = request.headers.get(header)
         if value is None:
             return None
         if not self._allow_policy_override:
             raise OpenAIError(
                 400,
-                f"the {KV_VERIFY_HEADER} header is disabled on this deployment "
+                f"the {header} header is disabled on this deployment "
                 "(router.allow_policy_override: false)",
-                param=KV_VERIFY_HEADER,
+                param=header,
             )
-        if value not in ("on", "off"):
+        if value not in allowed:
             raise OpenAIError(
-                400, f"{KV_VERIFY_HEADER} must be 'on' or 'off', got {value!r}",
-                param=KV_VERIFY_HEADER,
-            )  # fmt: skip
-        return value == "on"
+                400, f"{header} must be one of {', '.join(allowed)}, got {value!r}", param=header
+            )
+        return value
+
+    def _kv_verify_of(self, request: Request) -> bool | None:
+        value = self._override(request, KV_VERIFY_HEADER, ("on", "off"))
+        return None if value is None else value == "on"
 
     def _policy_of(self, request: Request) -> PolicyName | None:
-        name = request.headers.get(POLICY_HEADER)
-        if name is None:
-            return None
-        if not self._allow_policy_override:
-            raise OpenAIError(
-                400,
-                f"the {POLICY_HEADER} header is disabled on this deployment "
-                "(router.allow_policy_override: false)",
-                param=POLICY_HEADER,
-            )
-        if name not in get_args(PolicyName):
-            raise OpenAIError(
-                400,
-                f"unknown routing policy {name!r}; use one of {', '.join(get_args(PolicyName))}",
-                param=POLICY_HEADER,
-            )
-        return name  # type: ignore[return-value]
+        return self._override(request, POLICY_HEADER, get_args(PolicyName))  # type: ignore[return-value]
 
 
 class _StreamResponse(EventSourceResponse):

@@ -117,6 +117,23 @@ async def test_policy_header_is_refused_unless_enabled() -> None:
     assert json.loads(resp.headers["x-pdserve-decision"])["policy"] == "round_robin"
 
 
+async def test_kv_verify_header_is_refused_unless_enabled_and_turns_the_check_off() -> None:
+    body = {"model": MODEL, "prompt": LONG_PROMPT, "max_tokens": 3}
+    off = {"x-pdserve-kv-verify": "off"}
+    resp = await Client(FakeDispatcher()).http.post("/v1/completions", json=body, headers=off)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "x-pdserve-kv-verify"
+    d = FakeDispatcher()
+    c = Client(d, allow_policy_override=True)
+    bad = {"x-pdserve-kv-verify": "maybe"}
+    resp = await c.http.post("/v1/completions", json=body, headers=bad)
+    assert resp.status_code == 400 and "on, off" in resp.json()["error"]["message"]
+    assert d.prefills == []
+    resp = await c.http.post("/v1/completions", json=body, headers=off)
+    assert resp.status_code == 200
+    assert [p.verify_kv for p in d.prefills] == [False]
+    assert "kv_verify" not in json.loads(resp.headers["x-pdserve-decision"])
+
+
 async def test_prefill_failure_is_an_openai_502_and_the_next_request_succeeds() -> None:
     d = FakeDispatcher(prefill_error=RuntimeError("prefill replica died"))
     c = Client(d)

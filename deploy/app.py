@@ -20,6 +20,7 @@ from pdserve.names import PoolName
 from pdserve.pool_config import PoolConfig
 from pdserve.prefill_pool.server import PrefillServer
 from pdserve.router.deployment import Router
+from pdserve.router_config import RouterConfig
 
 # Ray gives the head node this resource (ray._common.constants.HEAD_NODE_RESOURCE_NAME).
 HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -90,6 +91,34 @@ def autoscaling_options(a: AutoscalingConfig, pool: PoolConfig, role: PoolName) 
     return opts
 
 
+def router_options(router: RouterConfig) -> dict[str, Any]:
+    """The Router deployment's options: its replicas (fixed, or Ray Serve's request-based
+    autoscaling) and placement."""
+    opts: dict[str, Any] = {
+        # On the head node, where `pdserve up` and `pdserve up --head` print the cluster's URL:
+        # with direct ingress (the local cluster, one router) the router replica serves HTTP
+        # itself, on the node it runs on; otherwise the head's proxy (and, under the Helm
+        # chart, every node's) forwards to it. Every router replica serves its own /metrics on
+        # the head too (router.metrics_ports), where Prometheus scrapes them.
+        "ray_actor_options": {
+            "num_cpus": router.num_cpus,
+            "resources": {HEAD_NODE_RESOURCE: 0.001},
+        },
+        "max_ongoing_requests": 1024,
+    }
+    a = router.autoscaling
+    if a is None:
+        opts["num_replicas"] = router.num_replicas
+    else:
+        opts["autoscaling_config"] = {
+            "min_replicas": a.min_replicas,
+            "initial_replicas": max(a.min_replicas, min(router.num_replicas, a.max_replicas)),
+            "max_replicas": a.max_replicas,
+            "target_ongoing_requests": a.target_ongoing_requests,
+        }
+    return opts
+
+
 def build_from_config(config: PdserveConfig) -> Application:
     """The bound application for a validated config."""
     raw = config.model_dump(mode="json")
@@ -100,15 +129,7 @@ def build_from_config(config: PdserveConfig) -> Application:
         **_pool_options(config.decode, "decode", period, busy_wait), logging_config=logging
     )
     router = serve.deployment(serve.ingress()(Router), name="Router").options(
-        # On the head node, where `pdserve up` and `pdserve up --head` print the cluster's URL:
-        # with direct ingress (the local cluster) the router replica serves HTTP itself, on
-        # the node it runs on. Under the Helm chart the proxies forward to it from any node.
-        ray_actor_options={
-            "num_cpus": config.router.num_cpus,
-            "resources": {HEAD_NODE_RESOURCE: 0.001},
-        },
-        max_ongoing_requests=1024,
-        logging_config=logging,
+        **router_options(config.router), logging_config=logging
     )
     if config.aggregated:  # no prefill pool: the decode engines prefill every prompt
         return router.bind(raw, None, decode.bind(raw))

@@ -30,7 +30,9 @@ RAY_PORT = int(os.environ.get("PDSERVE_RAY_PORT", "6390"))
 RAY_METRICS_PORT = int(os.environ.get("PDSERVE_RAY_METRICS_PORT", "8081"))
 # Ray Serve's lean path (pdserve/serve_env.py): throughput-optimized mode with direct ingress
 # (the Router replica itself serves HTTP on router.port; the proxy moves to router.port +
-# PROXY_PORT_OFFSET), a 0.5 s control loop, warnings logged at once.
+# PROXY_PORT_OFFSET), a 0.5 s control loop, warnings logged at once. Several router replicas
+# (router.num_replicas > 1 or router.autoscaling) keep HTTP on the proxy at router.port:
+# direct ingress would give each replica a port of its own (router.port, +1, ...), not one URL.
 # PDSERVE_LEAN_SERVE=0 falls back to Ray Serve's defaults (HTTP through the proxy actor).
 LEAN_SERVE = os.environ.get("PDSERVE_LEAN_SERVE", "1") == "1"
 # PDSERVE_DIRECT_INGRESS=0 keeps the rest of the lean path but serves HTTP through Serve's proxy
@@ -42,7 +44,12 @@ def _serve_env(config: PdserveConfig) -> dict[str, str]:
     """Ray Serve settings the controller and replicas read from the environment."""
     if not LEAN_SERVE:
         return {}
-    return lean_serve_env(config.router.port if DIRECT_INGRESS else None)
+    return lean_serve_env(config.router.port if _direct_ingress(config) else None)
+
+
+def _direct_ingress(config: PdserveConfig) -> bool:
+    """The router replica serves HTTP itself on router.port (one router, lean path on)."""
+    return LEAN_SERVE and DIRECT_INGRESS and not config.router.several_replicas
 
 
 class ClusterError(RuntimeError):
@@ -120,8 +127,9 @@ def deploy(
 
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     ray.init(address=gcs_address, logging_level="ERROR", log_to_driver=False)
-    proxy_port = config.router.port + (PROXY_PORT_OFFSET if LEAN_SERVE and DIRECT_INGRESS else 0)
-    # One proxy, on the head with the router (which serves HTTP itself with direct ingress).
+    proxy_port = config.router.port + (PROXY_PORT_OFFSET if _direct_ingress(config) else 0)
+    # One proxy, on the head with the routers (one router serves HTTP itself with direct
+    # ingress; several are reached through this proxy on router.port).
     serve.start(
         proxy_location="HeadOnly",
         http_options={"host": config.router.host, "port": proxy_port},

@@ -4,9 +4,9 @@ fallbacks and routing (pure data; `pdserve.config.PdserveConfig.router` holds on
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pdserve.names import PolicyName
 from pdserve.router.policy.config import PolicyConfig
@@ -181,11 +181,73 @@ class PromptCostConfig(StrictModel):
     )
 
 
+class RouterAutoscalingConfig(StrictModel):
+    """Ray Serve's request-based autoscaling of the router replicas (its default policy: the
+    number of replicas follows the requests in flight per replica)."""
+
+    min_replicas: int = Field(default=1, ge=1, description="Fewest router replicas kept running.")
+    max_replicas: int = Field(
+        default=2,
+        ge=1,
+        description=(
+            "Most router replicas ever started (also the size of the per-replica metrics port "
+            "range: router.metrics_port + 0 .. max_replicas - 1)."
+        ),
+    )
+    target_ongoing_requests: float = Field(
+        default=64.0,
+        gt=0,
+        description="Requests in flight per router replica to aim for (a stream counts until "
+        "it ends).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"router.autoscaling.min_replicas ({self.min_replicas}) must be <= "
+                f"max_replicas ({self.max_replicas})"
+            )
+        return self
+
+
+# Default distance from router.port to the first per-replica metrics port: just above the
+# port the local cluster moves Serve's proxy to with direct ingress (router.port + 1000), and
+# below the engines' NIXL side-channel and KV-event ports (15600+) for routers under 14600.
+METRICS_PORT_OFFSET = 1001
+
+
 class RouterConfig(StrictModel):
     """The OpenAI-compatible HTTP router."""
 
     host: str = Field(default="127.0.0.1", description="HTTP bind address.")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
+    num_replicas: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "Router replicas (Ray Serve ingress replicas), all behind the one URL on `port` "
+            "(with more than one, or with `autoscaling`, HTTP goes through Ray Serve's proxy; "
+            "docs/several-routers.md says what is per replica). With `autoscaling`: the "
+            "replicas started first (kept within its bounds)."
+        ),
+    )
+    autoscaling: RouterAutoscalingConfig | None = Field(
+        default=None,
+        description="Scale the router replicas on requests in flight. None = num_replicas fixed.",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description=(
+            "First port of the per-replica metrics range: each router replica serves its own "
+            "GET /metrics on the first free port of [metrics_port, metrics_port + the most "
+            "router replicas), on `host`, so that Prometheus and `pdserve top` scrape every "
+            "replica (the /metrics on `port` answers for whichever replica got the request). "
+            "None = port + 1001."
+        ),
+    )
     max_request_bytes: int = Field(
         default=8 << 20,
         gt=0,
@@ -274,3 +336,35 @@ class RouterConfig(StrictModel):
             "LLM's default is also 50 ms."
         ),
     )
+
+    @model_validator(mode="after")
+    def _metrics_ports_fit(self) -> Self:
+        last = self.first_metrics_port + self.max_replicas - 1
+        if last > 65535:
+            raise ValueError(
+                f"router metrics ports {self.first_metrics_port}..{last} pass 65535: set "
+                "router.metrics_port lower"
+            )
+        return self
+
+    @property
+    def max_replicas(self) -> int:
+        """The most router replicas this config may run."""
+        return self.autoscaling.max_replicas if self.autoscaling else self.num_replicas
+
+    @property
+    def several_replicas(self) -> bool:
+        """More than one router replica may run (HTTP then goes through Serve's proxy)."""
+        return self.max_replicas > 1
+
+    @property
+    def first_metrics_port(self) -> int:
+        """The first per-replica metrics port (`metrics_port`, default port + 1001)."""
+        return (
+            self.metrics_port if self.metrics_port is not None else self.port + METRICS_PORT_OFFSET
+        )
+
+    @property
+    def metrics_ports(self) -> range:
+        """The ports router replicas serve their own /metrics on (one each)."""
+        return range(self.first_metrics_port, self.first_metrics_port + self.max_replicas)

@@ -32,6 +32,7 @@ from pdserve.router.observe import Endpoint, RouterObserver
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.prepare import RequestPreparer
+from pdserve.router.replica_metrics import ReplicaMetricsAddress, ReplicaMetricsServer
 from pdserve.router.status import ClusterStatus
 
 
@@ -47,22 +48,48 @@ def build_app(
     max_inflight_requests: int | None = None,
     allow_policy_override: bool = False,
     report_prompt_cost: bool = True,
+    replica_metrics: ReplicaMetricsAddress | None = None,
 ) -> FastAPI:
     """The router's FastAPI app. `api_keys` None or empty: the API is open.
     `allow_policy_override` enables the x-pdserve-policy header (local and benchmark
     deployments). `report_prompt_cost`: send the x-pdserve-prompt-cost header and the
     `pdserve_prompt_cost` usage field (router.prompt_cost.enabled). From the first request to
     shutdown a `LoopLagSampler` records the event loop's lag in
-    `pdserve_router_event_loop_lag_seconds`."""
+    `pdserve_router_event_loop_lag_seconds`. `replica_metrics`: where this replica also serves
+    its own /metrics (router/replica_metrics.py), started with the app; None = only on the
+    app's /metrics."""
 
     loop_lag = LoopLagTask(LoopLagSampler(observer.metrics.event_loop_lag.observe))
+    keys = api_keys or ApiKeys(frozenset())
+
+    async def render_metrics() -> bytes:
+        observer.update_pool_gauges()
+        observer.update_conversation_gauges(preparer.conversations)
+        if status.scaling is not None:
+            observer.update_scaling(await status.scaling.current())
+        return observer.metrics.render()
+
+    metrics_server = (
+        None
+        if replica_metrics is None
+        else ReplicaMetricsServer(
+            replica_metrics.host,
+            replica_metrics.ports,
+            render_metrics,
+            lambda authorization: not keys.guards("/metrics") or keys.accepts(authorization),
+        )
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if metrics_server is not None:
+            await metrics_server.start()
         try:
             yield
         finally:
             await loop_lag.stop()
+            if metrics_server is not None:
+                await metrics_server.close()
 
     app = FastAPI(
         title="pdserve", description="Disaggregated prefill/decode LLM serving", lifespan=lifespan
@@ -79,7 +106,7 @@ def build_app(
         InflightGate, limit=max_inflight_requests, advisor=retry_advisor, on_refused=gate_refused
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
-    app.add_middleware(ApiKeyMiddleware, keys=api_keys or ApiKeys(frozenset()))
+    app.add_middleware(ApiKeyMiddleware, keys=keys)
     app.add_middleware(ArrivalStampMiddleware, on_request=loop_lag.start)
     completions = CompletionHandler(
         preparer,
@@ -102,16 +129,19 @@ def build_app(
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        observer.update_pool_gauges()
-        observer.update_conversation_gauges(preparer.conversations)
-        if status.scaling is not None:
-            observer.update_scaling(await status.scaling.current())
-        body = observer.metrics.render()
+        body = await render_metrics()
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/pdserve/replicas")
     async def replicas() -> dict[str, Any]:
-        return await status.replicas()
+        doc = await status.replicas()
+        if replica_metrics is not None and metrics_server is not None:
+            # Where every router replica's own /metrics may be (pdserve top scrapes them all).
+            doc["router"] = {
+                "metrics_ports": [replica_metrics.ports.start, replica_metrics.ports.stop - 1],
+                "answering_replica_metrics_port": metrics_server.port,
+            }
+        return doc
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

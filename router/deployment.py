@@ -33,6 +33,7 @@ from pdserve.router.placement import Placer
 from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import PromptRenderer
+from pdserve.router.replica_metrics import ReplicaMetricsAddress
 from pdserve.router.replica_view import ReplicaSource, ReplicaView
 from pdserve.router.scaling import ScalingView
 from pdserve.router.status import ClusterStatus
@@ -121,4 +122,7 @@ class Router:
             max_inflight_requests=self._config.router.admission.max_inflight_requests,
             allow_policy_override=self._config.router.allow_policy_override,
             report_prompt_cost=self._config.router.prompt_cost.enabled,
+            replica_metrics=ReplicaMetricsAddress(
+                self._config.router.host, self._config.router.metrics_ports
+            ),
         )

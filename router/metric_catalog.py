@@ -10,6 +10,14 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 MetricType = Literal["counter", "gauge", "histogram"]
+MetricScope = Literal["router", "cluster"]
+"""Whose value a series is, when several router replicas export it (docs/several-routers.md):
+- "router": this replica's own work (the requests it served, its memory, its loop). Each
+  replica exports its share; the cluster's value is the sum over router replicas.
+- "cluster": copied from the engines' routing stats or the autoscaler's journal. Every router
+  replica exports the same value (up to when each last read it): never sum it across router
+  replicas; take max over them (by the series' own labels, and by `pod` to keep clusters
+  apart) first."""
 
 # Bounded label values only: never request ids or prompt text (the {pool} values are
 # pdserve.names.POOLS).
@@ -29,6 +37,8 @@ class MetricSpec:
     measured_by_engines: bool = False
     """A histogram the engines measure and report in their routing stats under the name
     without its `pdserve_` prefix; the router sums it per pool (router/engine_histograms.py)."""
+    scope: MetricScope = "router"
+    """Sum over router replicas ("router") or the same in each ("cluster"); see MetricScope."""
 
 
 CATALOG: tuple[MetricSpec, ...] = (
@@ -65,6 +75,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "stats at each scrape. With kv_transfer.load_failure_policy=recompute each failed "
         "pull on decode is recomputed there.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_kv_expired",
@@ -73,6 +84,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "pulled, released or renewed it (kv_transfer.kv_lease_seconds), by pool; read from "
         "the replicas' routing stats at each scrape.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_kv_notifications_after_expiry",
@@ -82,6 +94,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "then (with kv_transfer.verify on, such a read fails its check and is recomputed), "
         "by pool; read from the replicas' routing stats at each scrape.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_kv_integrity_checks",
@@ -89,6 +102,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "KV handoffs a (decode) engine checked before decoding from them (kv_transfer.verify), "
         "by pool; read from the replicas' routing stats at each scrape.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_kv_integrity_failures",
@@ -99,6 +113,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "stale (the lease ran out before the decode engine had the request), unverifiable "
         "(no usable integrity record). Read from the replicas' routing stats at each scrape.",
         ("pool", "reason"),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_prompt_tokens",
@@ -165,6 +180,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "engine's NixlConnector, by that engine's pool; from the replicas' routing stats.",
         ("pool",),
         measured_by_engines=True,
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_kv_transfer_bytes",
@@ -173,6 +189,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "that engine's pool; from the replicas' routing stats.",
         ("pool",),
         measured_by_engines=True,
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_inter_token_latency_seconds",
@@ -185,11 +202,18 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Time from arrival to the last token.",
         ("input_bucket", "decision"),
     ),
-    MetricSpec("pdserve_pool_ready_replicas", "gauge", "Replicas ready to serve.", ("pool",)),
+    MetricSpec(
+        "pdserve_pool_ready_replicas",
+        "gauge",
+        "Replicas ready to serve.",
+        ("pool",),
+        scope="cluster",
+    ),
     MetricSpec(
         "pdserve_pool_queued_prefill_tokens",
         "gauge",
-        "Prompt tokens waiting for prefill on the pool's engines.",
+        "Prompt tokens this router replica sent to the pool whose prefill has not finished "
+        "(the sum over router replicas is the cluster's).",
         ("pool",),
     ),
     MetricSpec(
@@ -197,12 +221,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         "gauge",
         "Requests running on the pool's engines.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_pool_kv_cache_usage_ratio",
         "gauge",
         "Mean KV cache usage (0-1) over the pool's engines.",
         ("pool",),
+        scope="cluster",
     ),
     # Elastic pools only (autoscaling.policy 'slo'), as their policy last published them.
     MetricSpec(
@@ -210,6 +236,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "gauge",
         "Replicas Ray Serve's autoscaler aims for (its target, after delays and bounds).",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_pool_wanted_replicas",
@@ -217,6 +244,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Replicas the pool's policy asks Ray Serve for now (while holding: Serve's target), "
         "before Serve's delays and bounds.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_pool_scaling_signal",
@@ -224,18 +252,21 @@ CATALOG: tuple[MetricSpec, ...] = (
         "The pool's scaling signal per replica (prefill: queued prefill seconds; decode: "
         "KV-cache usage 0-1), averaged by Ray Serve over the look-back window.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_pool_scaling_target",
         "gauge",
         "The target of pdserve_pool_scaling_signal.",
         ("pool",),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_pool_scale_events",
         "counter",
         "Changes of Ray Serve's target replica count seen by this router, by direction.",
         ("pool", "direction"),
+        scope="cluster",
     ),
     MetricSpec(
         "pdserve_router_event_loop_lag_seconds",

@@ -1,8 +1,14 @@
-"""HTTP adapter: one scrape of a router's /metrics and /v1/pdserve/replicas (httpx).
+"""HTTP adapter: one scrape of the routers' /metrics and /v1/pdserve/replicas (httpx).
 
 `Poller.scrape()` returns a `Scrape` stamped with the monotonic time of the /metrics answer,
 or raises `PollError` (router unreachable, non-200 /metrics, unparsable text). A failing
 replicas endpoint is not an error: the scrape carries `replicas=None`.
+
+Several router replicas: the replicas document names the range of ports where each router
+replica serves its own /metrics (router.metrics_ports); every port of it that answers on the
+URL's host is scraped and the answers merged (pdserve/top/merge.py). When none answers (e.g.
+the URL is a port-forward to one Service port), the /metrics of the URL is used: with one router
+replica that is the whole picture, with several it is one replica's.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from typing import Any
 import httpx
 
 from pdserve.router.auth import client_headers
-from pdserve.top.scrape import Scrape, parse_metrics
+from pdserve.top.merge import merge_routers
+from pdserve.top.scrape import SampleKey, Scrape, parse_metrics
 
 
 class PollError(RuntimeError):
@@ -56,7 +63,28 @@ class Poller:
             samples = parse_metrics(resp.text)
         except ValueError as exc:
             raise PollError(f"GET {self.url}/metrics: not Prometheus text ({exc})") from exc
-        return Scrape(t_s=t_s, samples=samples, replicas=self._replicas())
+        replicas = self._replicas()
+        per_router = self._router_replicas(replicas)
+        if per_router:
+            samples = merge_routers(per_router)
+        return Scrape(t_s=t_s, samples=samples, replicas=replicas)
+
+    def _router_replicas(self, doc: dict[str, Any] | None) -> list[dict[SampleKey, float]]:
+        """Each router replica's own /metrics samples (empty: the document names no range, or
+        no port of it answered)."""
+        ports = (doc or {}).get("router", {}).get("metrics_ports")
+        if not (isinstance(ports, list) and len(ports) == 2):
+            return []
+        host = httpx.URL(self.url).host
+        out = []
+        for port in range(int(ports[0]), int(ports[1]) + 1):
+            try:
+                resp = self._client.get(f"http://{host}:{port}/metrics")
+                if resp.status_code == 200:
+                    out.append(parse_metrics(resp.text))
+            except (httpx.HTTPError, ValueError):
+                continue  # no router replica on this port now
+        return out
 
     def _replicas(self) -> dict[str, Any] | None:
         try:

@@ -264,3 +264,30 @@ def unknown_metric_problems(expr: str) -> list[str]:
         for label in sorted(promql_labels(expr) - allowed)
     ]
     return problems
+
+
+_AGGREGATION = re.compile(r"\b(sum|max|min|avg|count)\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(")
+
+
+def summed_across_routers(expr: str) -> list[str]:
+    """Cluster-scope series (metric_catalog.MetricScope: every router replica exports the same
+    value) that an expression sums without first taking max/min/avg over the router replicas:
+    the innermost aggregation around each such reference must not be sum or count."""
+    index = catalog_index()
+    problems = []
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
+        spec = index.get(match.group(0))
+        if spec is None or spec.scope != "cluster":
+            continue
+        depth, start = 0, match.start()
+        # Walk back to the innermost unclosed "(" and the aggregation that opens it, if any.
+        innermost = None
+        for agg in reversed(list(_AGGREGATION.finditer(expr, 0, start))):
+            inside = expr[agg.end() : start]
+            depth = inside.count("(") - inside.count(")")
+            if depth >= 0:
+                innermost = agg.group(1)
+                break
+        if innermost in ("sum", "count"):
+            problems.append(f"{match.group(0)} in a {innermost}() across router replicas")
+    return problems

@@ -20,6 +20,7 @@ from tests.chart.helpers import (
     one,
     promql_metrics,
     render,
+    summed_across_routers,
     unknown_metric_problems,
 )
 
@@ -79,6 +80,32 @@ def test_alert_references_existing_metrics(alert: str) -> None:
     assert unknown_metric_problems(rule["expr"]) == []
     assert rule["labels"]["severity"] in {"info", "warning", "critical"}
     assert rule["annotations"]["summary"]
+
+
+def _all_exprs() -> list[str]:
+    rules = _rules(yaml.safe_load(ALERTS_FILE.read_text())["groups"])
+    return [r["expr"] for r in rules.values()] + [
+        t["expr"] for p in _panels() for t in p["targets"]
+    ]
+
+
+def test_no_query_sums_a_cluster_series_over_router_replicas() -> None:
+    """With several router replicas every replica exports the engines' and the autoscaler's
+    values (scope 'cluster'): a sum over replicas would count them once per router."""
+    problems = [p for expr in _all_exprs() for p in summed_across_routers(expr)]
+    assert problems == []
+
+
+def test_the_router_sum_checker_catches_a_summed_cluster_series() -> None:
+    assert summed_across_routers("sum(rate(pdserve_kv_transfer_failures_total[5m]))") == [
+        "pdserve_kv_transfer_failures_total in a sum() across router replicas"
+    ]
+    assert summed_across_routers("sum by (pool) (pdserve_pool_running_requests)") != []
+    ok = "sum by (le) (max by (pod, pool, le) (rate(pdserve_kv_transfer_seconds_bucket[5m])))"
+    assert summed_across_routers(ok) == []
+    assert summed_across_routers("max by (pool) (pdserve_pool_ready_replicas)") == []
+    # Router-scope series are summed: each replica counts its own requests.
+    assert summed_across_routers("sum(rate(pdserve_requests_total[1m]))") == []
 
 
 def test_metric_checker_catches_unknown_names_and_labels() -> None:

@@ -231,6 +231,38 @@ def test_rdma_off_by_default(chart: helm_python.Chart) -> None:
         assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
 
 
+@pytest.mark.parametrize(
+    ("router", "ports"),
+    [
+        ({"num_replicas": 3}, [9001, 9002, 9003]),
+        ({"num_replicas": 2, "metrics_port": 9300}, [9300, 9301]),
+        ({"autoscaling": {"min_replicas": 1, "max_replicas": 4}}, [9001, 9002, 9003, 9004]),
+    ],
+)
+def test_every_router_replica_is_scraped_on_its_own_port(
+    chart: helm_python.Chart, router: dict[str, Any], ports: list[int]
+) -> None:
+    values = {**VARIANTS["monitoring"]}
+    values["pdserve"] = {**values.get("pdserve", {})}
+    values["pdserve"]["router"] = {**values["pdserve"].get("router", {}), **router}
+    objects = render(chart, values)
+    router_pm = next(
+        o
+        for o in objects
+        if o["kind"] == "PodMonitor" and o["metadata"]["name"].endswith("-router")
+    )
+    names = [f"rmetrics-{i}" for i in range(len(ports))]
+    assert [e["port"] for e in router_pm["spec"]["podMetricsEndpoints"]] == names
+    head = one(objects, "RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]
+    declared = {
+        p["name"]: p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]
+    }
+    assert [declared[n] for n in names] == ports
+    policy = one(objects, "NetworkPolicy")
+    opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule.get("ports", [])}
+    assert set(ports) <= opened
+
+
 def test_monitoring_objects_only_when_enabled(chart: helm_python.Chart) -> None:
     off = {o["kind"] for o in render(chart)}
     assert off == {"RayService", "NetworkPolicy"}
@@ -238,11 +270,10 @@ def test_monitoring_objects_only_when_enabled(chart: helm_python.Chart) -> None:
     monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PodMonitor"}
     ray_pm, router_pm = monitors["demo-pdserve-ray"], monitors["demo-pdserve-router"]
     assert ray_pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    assert router_pm["spec"]["podMetricsEndpoints"][0] == {
-        "port": "serve",
-        "path": "/metrics",
-        "interval": "30s",
-    }
+    # One router replica: its own /metrics port (router.port + 1001), not the proxy's.
+    assert router_pm["spec"]["podMetricsEndpoints"] == [
+        {"port": "rmetrics-0", "path": "/metrics", "interval": "30s"}
+    ]
     assert router_pm["spec"]["selector"]["matchLabels"]["ray.io/node-type"] == "head"
     for container in ray_containers(one(objects, "RayService")):
         assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in container["ports"]

@@ -142,7 +142,8 @@ def test_network_policy_keeps_ray_ports_to_the_release(chart: helm_python.Chart)
     assert internal == {"from": [RELEASE_PODS]}
     # Clients reach the router port from anywhere, and nothing else.
     assert router == {"ports": [{"port": 8000, "protocol": "TCP"}]}
-    assert metrics["from"] == [MONITORING] and _ports(metrics) == {8080, 8000}
+    # Ray's metrics, the router port and the router replica's own /metrics (router.port + 1001).
+    assert metrics["from"] == [MONITORING] and _ports(metrics) == {8080, 8000, 9001}
     assert operator["from"] == [OPERATOR] and _ports(operator) == {8265, 8000}
     for rule in (router, metrics, operator):
         assert all("endPort" not in p for p in rule["ports"])

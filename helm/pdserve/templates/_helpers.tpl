@@ -43,6 +43,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $router.port | default 8000 | toJson }}
 {{- end }}
 
+{{/* The ports router replicas serve their own /metrics on: one per router replica that may run
+(router.autoscaling.max_replicas, else router.num_replicas), from router.metrics_port (default
+router.port + 1001); RouterConfig.metrics_ports. A JSON list of numbers. */}}
+{{- define "pdserve.routerMetricsPorts" -}}
+{{- $router := .Values.pdserve.router | default dict }}
+{{- $first := $router.metrics_port | default (add (include "pdserve.routerPort" . | atoi) 1001) | int }}
+{{- $count := $router.num_replicas | default 1 | int }}
+{{- with $router.autoscaling }}{{- $count = .max_replicas | default 2 | int }}{{- end }}
+{{- $ports := list }}
+{{- range $i := until $count }}{{- $ports = append $ports (add $first $i) }}{{- end }}
+{{- $ports | toJson }}
+{{- end }}
+
 {{- define "pdserve.routerHost" -}}
 {{- $router := .Values.pdserve.router | default dict }}
 {{- $router.host | default "127.0.0.1" }}

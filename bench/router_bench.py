@@ -3,10 +3,11 @@ Ray, no HTTP).
 
 For each fleet (replicas per pool) and index size ((replica, block) entries in all), it builds
 synthetic replica snapshots with random loads, fills the real `PrefixIndex` with KV-event
-batches of 64 blocks (timed: ingest rate; the process's memory growth: bytes per million
-entries), then times `RoutingPolicy.decide` (the real pipeline, policy pdserve) on prompts of
+batches of 64 blocks (timed: ingest rate; the index's arrays: bytes per million entries), then
+times `RoutingPolicy.decide` (the real pipeline, policy pdserve) on prompts of
 100 blocks whose first blocks most replicas hold to different depths (a shared system prompt
-and conversation, partially evicted), as process CPU time per decision. Every fleet is also
+and conversation, partially evicted), as process CPU time per decision, with the router's own in-flight work and open streams on
+two requests per replica of a pool (a loaded router). Every fleet is also
 given as a ratio to the smallest one measured in the same run.
 """
 
@@ -16,6 +17,7 @@ import gc
 import random
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +27,7 @@ from rich.table import Table
 from pdserve.router.policy import ReplicaSnapshot, RequestSummary
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.state import OpenStreams, OutstandingWork
 
 BLOCK_TOKENS = 16
 PROMPT_BLOCKS = 100
@@ -43,6 +45,9 @@ class FleetRow:
     decision_p99_us: float
     index_bytes_per_million: float
     ingest_events_per_s: float
+    rss_growth_bytes_per_million: float = 0.0
+    """The process's resident memory growth while the index filled (includes the kernels'
+    one-off compilation or cache load at the first fleet)."""
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Fleet:
     shared: list[int]
     ingest_s: float
     index_bytes: int
+    rss_bytes: int
 
 
 def _snapshots(pool: str, n: int, rng: random.Random) -> list[ReplicaSnapshot]:
@@ -93,16 +99,18 @@ def build_fleet(
     per_replica = max(1, entries // len(replicas))
     before = _rss()
     index = make_index()
-    start = time.perf_counter()
-    for rid in replicas:
+    ingest_s = 0.0
+    for rid in replicas:  # one replica's batches at a time: the random hashes are not timed
         own: list[int] = []
         if rng.random() < HOLDER_SHARE:
             own.extend(shared[: rng.randint(1, SHARED_BLOCKS)])
         own.extend(rng.getrandbits(63) for _ in range(per_replica - len(own)))
-        for i in range(0, len(own), EVENT_BATCH):
-            index.add_blocks(rid, own[i : i + EVENT_BATCH])
-    ingest_s = time.perf_counter() - start
-    return Fleet(prefill, decode, index, shared, ingest_s, _rss() - before)
+        batches = [own[i : i + EVENT_BATCH] for i in range(0, len(own), EVENT_BATCH)]
+        start = time.perf_counter()
+        for batch in batches:
+            index.add_blocks(rid, batch)
+        ingest_s += time.perf_counter() - start
+    return Fleet(prefill, decode, index, shared, ingest_s, index.nbytes, _rss() - before)
 
 
 def prompts(fleet: Fleet, n: int, rng: random.Random) -> list[RequestSummary]:
@@ -124,17 +132,36 @@ def prompts(fleet: Fleet, n: int, rng: random.Random) -> list[RequestSummary]:
 
 
 def time_decisions(
-    policy: RoutingPolicy, fleet: Fleet, requests: Sequence[RequestSummary]
+    policy: RoutingPolicy,
+    fleet: Fleet,
+    requests: Sequence[RequestSummary],
+    in_flight: int,
 ) -> list[float]:
-    """Process CPU seconds of each `decide` call (garbage collection off while timing)."""
+    """Process CPU seconds of each `decide` call (garbage collection off while timing), as
+    a loaded router sees it: each decision's prefill and decode stream stay open until
+    `in_flight` later decisions were made (the router's in-flight work and open streams, which
+    a decision reads, span that many replicas)."""
     work = OutstandingWork()
+    streams = OpenStreams()
+    open_: deque[tuple[str, str, str]] = deque()
     times = []
     gc.disable()
     try:
         for request in requests:
             start = time.process_time_ns()
-            policy.decide(request, fleet.prefill, fleet.decode, fleet.index, work, 0.0)
+            d = policy.decide(
+                request, fleet.prefill, fleet.decode, fleet.index, work, 0.0,
+                open_streams=streams,
+            )  # fmt: skip
             times.append((time.process_time_ns() - start) / 1e9)
+            prefilling = d.prefill_replica_id or d.decode_replica_id
+            work.start(prefilling, request.request_id, d.est_prefill_s, d.engine_priority, 0.0)
+            streams.add(d.decode_replica_id, 1)
+            open_.append((prefilling, request.request_id, d.decode_replica_id))
+            if len(open_) > in_flight:
+                rid, req, dec = open_.popleft()
+                work.finish(rid, req)
+                streams.add(dec, -1)
     finally:
         gc.enable()
     return times
@@ -152,8 +179,9 @@ def measure(replicas_per_pool: int, entries: int, num_decisions: int, seed: int 
 
     policy = RoutingPolicy(PolicyConfig(block_size_tokens=BLOCK_TOKENS))
     requests = prompts(fleet, num_decisions, rng)
-    time_decisions(policy, fleet, requests[: min(20, len(requests))])  # warm-up
-    times = time_decisions(policy, fleet, requests)
+    in_flight = 2 * replicas_per_pool
+    time_decisions(policy, fleet, requests[: min(20, len(requests))], in_flight)  # warm-up
+    times = time_decisions(policy, fleet, requests, in_flight)
     total = len(fleet.prefill + fleet.decode) * max(1, entries // (2 * replicas_per_pool))
     return FleetRow(
         replicas_per_pool=replicas_per_pool,
@@ -162,6 +190,7 @@ def measure(replicas_per_pool: int, entries: int, num_decisions: int, seed: int 
         decision_p99_us=_p99(times) * 1e6,
         index_bytes_per_million=fleet.index_bytes / (total / 1e6),
         ingest_events_per_s=total / fleet.ingest_s if fleet.ingest_s > 0 else float("inf"),
+        rss_growth_bytes_per_million=fleet.rss_bytes / (total / 1e6),
     )
 
 

@@ -30,6 +30,7 @@ from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
+from pdserve.router.policy.pipeline import warm_up_kernels
 from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import PromptRenderer
@@ -59,6 +60,7 @@ class Router:
             mode = "events" if uses_events else "approximate"
         if mode == "events":
             load_vllm_event_types()  # now, not on the first request: see its docstring
+        warm_up_kernels()  # seconds on a cold numba cache: now, not on the first request
         self._view = ReplicaView(PrefixIndex(mode=mode), pools=pools)
         placer = Placer(
             router.routing,

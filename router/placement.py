@@ -17,7 +17,7 @@ from pdserve.router.admission import check_decode_streams, check_prefill_backlog
 from pdserve.router.block_hashes import block_hashes
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.pipeline import RoutingPolicy
-from pdserve.router.policy.state import OutstandingWork, with_open_streams
+from pdserve.router.policy.state import OpenStreams, OutstandingWork
 from pdserve.router.policy.types import Decision, NoReplicaError, ReplicaSnapshot, RequestSummary
 from pdserve.router.replica_view import ReplicaView
 
@@ -48,7 +48,7 @@ class Placer:
         self._admission = admission or AdmissionConfig(
             max_inflight_requests=None, max_prefill_backlog_seconds=None, max_decode_streams=None
         )
-        self._streams: dict[str, int] = {}  # decode replica id -> open streams
+        self._streams = OpenStreams()  # decode replica id -> open streams
         self._stream_of: dict[str, str] = {}  # request id -> its decode replica
 
     @property
@@ -91,16 +91,17 @@ class Placer:
         decision = self._policy.decide(
             summary,
             self._view.snapshots("prefill"),
-            with_open_streams(self._view.snapshots("decode"), self._streams),
+            self._view.snapshots("decode"),
             self._view.index,
             self._work,
             now,
             policy=policy,
+            open_streams=self._streams,
         )
         self._admit(decision)
         prefilling = decision.prefill_replica_id or decision.decode_replica_id
         d = decision.decode_replica_id
-        self._streams[d] = self._streams.get(d, 0) + 1
+        self._streams.add(d, 1)
         self._stream_of[request_id] = d
         self._work.start(
             prefilling, request_id, decision.est_prefill_s, decision.engine_priority, now
@@ -119,7 +120,7 @@ class Placer:
         """Raise AdmissionRejected (429) when a chosen replica is past its bound."""
         limits = self._admission
         d = decision.decode_replica_id
-        check_decode_streams(d, self._streams.get(d, 0), limits.max_decode_streams)
+        check_decode_streams(d, self._streams.get(d), limits.max_decode_streams)
         # The predicted wait where the prompt prefills (the prefill replica, or decode for a
         # local prefill): the engine's own queue from every router, or this router's own
         # in-flight work when that is fresher.
@@ -135,15 +136,11 @@ class Placer:
         """Call when the request's decode stream ended (or it never got to decode). Idempotent."""
         d = self._stream_of.pop(request_id, None)
         if d is not None:
-            left = self._streams.get(d, 1) - 1
-            if left > 0:
-                self._streams[d] = left
-            else:
-                self._streams.pop(d, None)
+            self._streams.add(d, -1)
 
     def open_streams(self, decode_replica_id: str) -> int:
         """Decode streams this router has open on that replica."""
-        return self._streams.get(decode_replica_id, 0)
+        return self._streams.get(decode_replica_id)
 
     def other_replica(self, pool: PoolName, failed: str | None) -> str | None:
         """The least-loaded healthy replica of `pool` other than `failed` (for a retry), or
@@ -158,7 +155,7 @@ class Placer:
             mine = (
                 self._work.outstanding_s(s.replica_id)
                 if pool == "prefill"
-                else float(self._streams.get(s.replica_id, 0))
+                else float(self._streams.get(s.replica_id))
             )
             return mine, s.num_waiting_requests + s.num_running_requests, s.replica_id
 
@@ -174,7 +171,7 @@ class Placer:
         """The request's decode now streams from `decode_replica_id` (a retry after its first
         decode replica failed, whose stream `decode_done` already closed)."""
         self.decode_done(request_id)
-        self._streams[decode_replica_id] = self._streams.get(decode_replica_id, 0) + 1
+        self._streams.add(decode_replica_id, 1)
         self._stream_of[request_id] = decode_replica_id
 
     def prefill_done(self, decision: Decision | None, request_id: str) -> None:

@@ -17,21 +17,19 @@ policy stops after the decode pick: the chosen replica prefills the prompt itsel
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from pdserve.names import PolicyName, PoolName
+from pdserve.router.policy import pool_kernel
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights
 from pdserve.router.policy.plugins import (
-    SCORE_TABLE_ROWS,
-    Filter,
-    HealthyFilter,
-    KVCapacityFilter,
+    TIE_TOLERANCE,
     KVUsageScorer,
-    LaneFilter,
     LocalPrefillDecider,
-    MaxScorePicker,
     OutstandingPrefillScorer,
     PredictedTTFTScorer,
     PrefixOverlapScorer,
@@ -40,8 +38,10 @@ from pdserve.router.policy.plugins import (
     Scorer,
     WeightedScorer,
 )
+from pdserve.router.policy.pool_arrays import PoolArrays
+from pdserve.router.policy.pool_kernel import SCORER_ORDER
 from pdserve.router.policy.prefix_index import PrefixIndex
-from pdserve.router.policy.state import OutstandingWork
+from pdserve.router.policy.state import OpenStreams, OutstandingWork
 from pdserve.router.policy.types import (
     Candidate,
     Decision,
@@ -51,6 +51,16 @@ from pdserve.router.policy.types import (
 )
 
 __all__ = ["NoReplicaError", "PolicyConfig", "RoutingPolicy", "build_scorers"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPick:
+    """One pool's pick: the candidate, the score table (plugins.Pick's) and the predicted
+    TTFT of the pool's fastest few replicas."""
+
+    candidate: Candidate
+    scores: dict[str, dict[str, float]]
+    fastest: dict[str, float]
 
 
 def build_scorers(weights: ScorerWeights) -> tuple[WeightedScorer, ...]:
@@ -93,21 +103,30 @@ class RoutingPolicy:
         cfg = self.config
         self._cost = cfg.cost_model
         self._block_size = cfg.block_size_tokens
-        self._filters: tuple[Filter, ...] = (
-            HealthyFilter(),
-            KVCapacityFilter(cfg.max_kv_cache_usage),
-        )
-        self._lane = (
-            LaneFilter(cfg.lane_long_prefill_s, cfg.lane_max_long_backlog_s) if cfg.lanes else None
-        )
-        self._prefill_scorers = build_scorers(cfg.prefill_weights)
-        self._decode_scorers = build_scorers(cfg.decode_weights)
-        self._picker = MaxScorePicker(rng)
         self._decider = LocalPrefillDecider(
             cfg.local_prefill_max_uncached_tokens, cfg.local_prefill_max_cold_tokens
         )
         self._priority = PriorityAssigner(cfg.priority_bucket_base_s, cfg.max_priority_levels)
         self._rr_next: dict[PoolName, int] = {"prefill": 0, "decode": 0}
+        self._pool_arrays: dict[PoolName, PoolArrays] = {}
+        # The kernel's inputs from the config (pool_kernel.evaluate's docstring).
+        cost = cfg.cost_model
+        self._cost_terms = np.array([cost.fixed_overhead_s, cost.per_token_s, cost.per_token_sq_s])
+        self._lane_terms = np.array([1.0, cfg.lane_long_prefill_s, cfg.lane_max_long_backlog_s])
+        self._no_lane = np.zeros(3)
+        self._weights: dict[PoolName, np.ndarray] = {}
+        self._scorer_columns: dict[PoolName, tuple[tuple[str, int], ...]] = {}
+        pools: tuple[tuple[PoolName, ScorerWeights], ...] = (
+            ("prefill", cfg.prefill_weights),
+            ("decode", cfg.decode_weights),
+        )
+        for pool, weights in pools:
+            table = weights.model_dump()
+            self._weights[pool] = np.array([float(table[name]) for name in SCORER_ORDER])
+            self._scorer_columns[pool] = tuple(
+                (name, k) for k, name in enumerate(SCORER_ORDER) if table[name] > 0
+            )
+        self._rng = rng
 
     def decide(
         self,
@@ -118,6 +137,7 @@ class RoutingPolicy:
         work: OutstandingWork,
         now_s: float,
         policy: PolicyName | None = None,
+        open_streams: OpenStreams | None = None,
     ) -> Decision:
         """Choose the prefill replica (None = prefill locally on decode), the decode replica
         and the engine priority for `request`.
@@ -126,6 +146,12 @@ class RoutingPolicy:
         replica ids must be unique across both pools). `policy` overrides `self.policy`
         for this request. Raises NoReplicaError when a needed pool has no healthy
         replica, ValueError for an unknown policy or block hashes longer than the prompt.
+        `open_streams`: decode streams this router has open per decode replica (a replica
+        counts at least that many requests: its stats lag); pdserve policy only.
+
+        Cost (pdserve): one prefix-index pass for every replica, then a few dozen numpy
+        operations per pool; the pool arrays are rebuilt (O(replicas)) only when a new
+        snapshot list is passed, so pass the same list objects until the view refreshes.
         """
         name = self.policy if policy is None else policy
         if len(request.block_hashes) * self._block_size > request.num_prompt_tokens:
@@ -135,7 +161,7 @@ class RoutingPolicy:
                 "hash with the policy's block_size_tokens"
             )
         if name == "pdserve":
-            return self._pdserve(request, prefill, decode, index, work, now_s)
+            return self._pdserve(request, prefill, decode, index, work, now_s, open_streams)
         if self.aggregated:
             return self._aggregated_baseline(name, request, decode, index, work)
         if name == "round_robin":
@@ -166,12 +192,10 @@ class RoutingPolicy:
         index: PrefixIndex,
         work: OutstandingWork,
         now_s: float,
+        open_streams: OpenStreams | None,
     ) -> Decision:
-        d_pick = self._picker.pick(
-            request,
-            self._filtered("decode", request, decode, index, work),
-            self._decode_scorers,
-        )
+        depths = index.prefix_depths(request.block_hashes)
+        d_pick = self._pick("decode", request, decode, depths, index, work, open_streams)
         d = d_pick.candidate
         scores = d_pick.scores
         local = f"local:{d.replica_id}"
@@ -186,18 +210,11 @@ class RoutingPolicy:
         reason = self._decider.reason(request, d)
         if reason is not None:
             return self._decision(request, None, d, d, work, now_s, reason, scores, predicted)
-        prefill_candidates = self._filtered("prefill", request, prefill, index, work)
-        p_pick = self._picker.pick(request, prefill_candidates, self._prefill_scorers)
+        p_pick = self._pick("prefill", request, prefill, depths, index, work, None)
         p = p_pick.candidate
         scores.update(p_pick.scores)
-        fastest = (
-            prefill_candidates
-            if len(prefill_candidates) <= SCORE_TABLE_ROWS
-            else heapq.nsmallest(
-                SCORE_TABLE_ROWS, prefill_candidates, key=lambda c: c.predicted_ttft_s
-            )
-        )
-        predicted.update((c.replica_id, c.predicted_ttft_s) for c in (p, *fastest))
+        predicted[p.replica_id] = p.predicted_ttft_s
+        predicted.update(p_pick.fastest)
         cfg = self.config
         gain_s = p.predicted_ttft_s - d.predicted_ttft_s
         if gain_s >= cfg.spill_min_gain_s and d.predicted_ttft_s <= cfg.spill_max_decode_prefill_s:
@@ -242,68 +259,79 @@ class RoutingPolicy:
             predicted_wait_s=prefilling.outstanding_prefill_s,
         )
 
-    def _filtered(
+    def _pick(
         self,
         pool: PoolName,
         request: RequestSummary,
         snapshots: Sequence[ReplicaSnapshot],
+        depths: np.ndarray,
         index: PrefixIndex,
         work: OutstandingWork,
-    ) -> list[Candidate]:
-        candidates = self._candidates(pool, request, snapshots, index, work)
-        for f in self._filters:
-            candidates = f.filter(request, candidates)
-        if pool == "prefill" and self._lane is not None:
-            candidates = self._lane.filter(request, candidates)
-        if not candidates:
+        open_streams: OpenStreams | None,
+    ) -> PoolPick:
+        """Filters, scorers and picker over the pool (pool_kernel.evaluate, the compiled form
+        of plugins.py). Raises NoReplicaError when no replica is healthy."""
+        lanes = pool == "prefill" and self.config.lanes
+        a = self._arrays(pool, snapshots, index)
+        a.sync(index, work, open_streams, self.config.lane_long_prefill_s if lanes else None)
+        n = request.num_prompt_tokens
+        transfer_s = self._cost.est_transfer_s(n) if pool == "prefill" else 0.0
+        chosen, _, n_tied, n_top, n_fast = pool_kernel.evaluate(
+            depths,
+            a.index_slots,
+            a.healthy,
+            a.requests,
+            a.kv_usage,
+            a.backlog_s,
+            a.mine_s,
+            a.longs,
+            a.id_rank,
+            n,
+            self._block_size,
+            self._cost_terms,
+            transfer_s,
+            self.config.max_kv_cache_usage,
+            self._lane_terms if lanes else self._no_lane,
+            self._weights[pool],
+            a.out_cached,
+            a.out_est_s,
+            a.out_outstanding_s,
+            a.out_keep,
+            a.out_scores,
+            a.out_totals,
+            a.out_top,
+            a.out_fastest,
+        )
+        if chosen < 0:
             raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
-        return candidates
+        chosen = int(chosen)
+        if n_tied > 1 and self._rng is not None:
+            totals = a.out_totals
+            tied = np.flatnonzero(a.out_keep & (totals.max() - totals <= TIE_TOLERANCE))
+            chosen = int(self._rng.choice(sorted(tied, key=lambda i: a.id_rank[i])))
+            a.out_top[0] = chosen
+        names = self._scorer_columns[pool]
+        table: dict[str, dict[str, float]] = {}
+        for row in a.out_top[:n_top]:
+            r = int(row)
+            values = {name: float(a.out_scores[r, k]) for name, k in names}
+            values["total"] = float(a.out_totals[r])
+            table[a.snapshots[r].replica_id] = values
+        fastest = {
+            a.snapshots[r].replica_id: float(a.out_outstanding_s[r] + a.out_est_s[r] + transfer_s)
+            for r in (int(x) for x in a.out_fastest[:n_fast])
+        }
+        return PoolPick(a.candidate(chosen, transfer_s), table, fastest)
 
-    def _candidates(
-        self,
-        pool: PoolName,
-        request: RequestSummary,
-        snapshots: Sequence[ReplicaSnapshot],
-        index: PrefixIndex,
-        work: OutstandingWork,
-    ) -> list[Candidate]:
-        """`_candidate` for every snapshot of a pool, with the request's own terms computed
-        once (the prompt's cost for each cached length seen, its transfer): the hot loop of a
-        decision at fleet size."""
-        cost = self._cost
-        num_prompt = request.num_prompt_tokens
-        hashes = request.block_hashes
-        block = self._block_size
-        lane_s = self.config.lane_long_prefill_s
-        transfer_s = cost.est_transfer_s(num_prompt) if pool == "prefill" else 0
-        est_by_cached: dict[int, float] = {}
-        cached_blocks = index.num_cached_blocks
-        backlog_s = cost.est_backlog_s
-        out = []
-        for snap in snapshots:
-            if snap.pool != pool:
-                raise ValueError(
-                    f"replica {snap.replica_id} is a {snap.pool} replica, passed as {pool}"
-                )
-            rid = snap.replica_id
-            cached = min(cached_blocks(rid, hashes) * block, num_prompt)
-            est = est_by_cached.get(cached)
-            if est is None:
-                est = est_by_cached[cached] = cost.est_prefill_s(num_prompt - cached, cached)
-            out.append(
-                Candidate(
-                    snap,
-                    cached,
-                    est,
-                    max(
-                        work.outstanding_s(rid),
-                        backlog_s(snap.queued_prefill_tokens, snap.num_queued_prefills),
-                    ),
-                    work.num_long_in_flight(rid, lane_s),
-                    transfer_s,
-                )
-            )
-        return out
+    def _arrays(
+        self, pool: PoolName, snapshots: Sequence[ReplicaSnapshot], index: PrefixIndex
+    ) -> PoolArrays:
+        """The pool's arrays for this snapshot list: rebuilt only when the router passes a new
+        list (its replica view refreshed)."""
+        cached = self._pool_arrays.get(pool)
+        if cached is None or cached.snapshots is not snapshots:
+            cached = self._pool_arrays[pool] = PoolArrays.build(pool, snapshots, self._cost, index)
+        return cached
 
     def _candidate(
         self,
@@ -313,10 +341,27 @@ class RoutingPolicy:
         index: PrefixIndex,
         work: OutstandingWork,
     ) -> Candidate:
-        """Evaluate one replica: cached prefix, own prefill estimate, queued prefill seconds.
-        Queued = max(this router's in-flight estimates, the engine's reported queue costed by
-        the cost model): the first is fresher, the second also sees other routers' work."""
-        return self._candidates(pool, request, (snap,), index, work)[0]
+        """Evaluate one replica (the baselines' pick): cached prefix, own prefill estimate,
+        queued prefill seconds (as `candidate_columns` computes them)."""
+        if snap.pool != pool:
+            raise ValueError(
+                f"replica {snap.replica_id} is a {snap.pool} replica, passed as {pool}"
+            )
+        cost = self._cost
+        n = request.num_prompt_tokens
+        rid = snap.replica_id
+        cached = min(index.num_cached_blocks(rid, request.block_hashes) * self._block_size, n)
+        return Candidate(
+            snap,
+            cached,
+            cost.est_prefill_s(n - cached, cached),
+            max(
+                work.outstanding_s(rid),
+                cost.est_backlog_s(snap.queued_prefill_tokens, snap.num_queued_prefills),
+            ),
+            work.num_long_in_flight(rid, self.config.lane_long_prefill_s),
+            cost.est_transfer_s(n) if pool == "prefill" else 0,
+        )
 
     # ---- baselines: always remote prefill, priority = client priority ----
 
@@ -404,3 +449,26 @@ def _least_loaded(pool: PoolName, snapshots: Sequence[ReplicaSnapshot]) -> Repli
     if not healthy:
         raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
     return min(healthy, key=lambda s: (_load(s), s.replica_id))
+
+
+def warm_up_kernels() -> None:
+    """Compile (or load from numba's disk cache) every kernel a decision and the prefix
+    index use, with one decision on a two-replica fleet in each index mode: the router calls
+    it at start-up so that its first request does not pay seconds of compilation."""
+    for mode in ("events", "approximate"):
+        index = PrefixIndex(mode=mode)
+        index.add_blocks("p0", [1, 2])
+        index.on_routed("d0", [1])
+        index.remove_blocks("p0", [2])
+        index.num_cached_blocks("p0", [1, 2])
+        index.set_capacity("p0", 1)
+        index.clear("p0")
+        index.forget_replica("p0")
+        snaps = {
+            pool: [ReplicaSnapshot(f"{pool[0]}0", pool, 0, 0, 0.5, 0)]
+            for pool in ("prefill", "decode")
+        }
+        request = RequestSummary("warm-up", 4096, (1, 2), 0, 0.0)
+        RoutingPolicy().decide(
+            request, snaps["prefill"], snaps["decode"], index, OutstandingWork(), 0.0
+        )

@@ -16,7 +16,7 @@ replica under the engines' lagging request counts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pdserve.router.policy.types import ReplicaSnapshot
@@ -38,6 +38,7 @@ class OutstandingWork:
     def __init__(self) -> None:
         self._in_flight: dict[str, dict[str, InFlightPrefill]] = {}
         self._sum_s: dict[str, float] = {}
+        self._changes = ChangeLog()
 
     def start(
         self, replica_id: str, request_id: str, est_prefill_s: float, priority: int, now_s: float
@@ -52,6 +53,7 @@ class OutstandingWork:
             )
         reqs[request_id] = InFlightPrefill(request_id, est_prefill_s, priority, now_s)
         self._sum_s[replica_id] = self._sum_s.get(replica_id, 0.0) + est_prefill_s
+        self._changes.note(replica_id)
 
     def finish(self, replica_id: str, request_id: str) -> bool:
         """Forget a prefill (done, failed or cancelled). O(1). Returns False when it was not
@@ -67,6 +69,7 @@ class OutstandingWork:
         else:  # reset exactly, so float drift cannot accumulate
             del self._in_flight[replica_id]
             del self._sum_s[replica_id]
+        self._changes.note(replica_id)
         return True
 
     def outstanding_s(self, replica_id: str) -> float:
@@ -75,6 +78,16 @@ class OutstandingWork:
         Estimates are not reduced by elapsed time: a started prefill counts in full until it
         finishes (the router cannot see how far the engine got)."""
         return self._sum_s.get(replica_id, 0.0)
+
+    def busy(self) -> Mapping[str, float]:
+        """`outstanding_s` of every replica with a prefill in flight (read-only view)."""
+        return self._sum_s
+
+    @property
+    def changes(self) -> ChangeLog:
+        """The replicas whose in-flight work changed, in order (for readers that keep their
+        own copy, e.g. the pipeline's pool arrays)."""
+        return self._changes
 
     def num_long_in_flight(self, replica_id: str, long_prefill_s: float) -> int:
         """How many in-flight prefills on `replica_id` were estimated at >= long_prefill_s.
@@ -112,6 +125,63 @@ class OutstandingWork:
         """The replica is gone: drop its in-flight records (their finish() returns False)."""
         self._in_flight.pop(replica_id, None)
         self._sum_s.pop(replica_id, None)
+        self._changes.note(replica_id)
+
+
+class ChangeLog:
+    """The keys that changed, in order, for readers that each keep a cursor (an int from
+    `end`). Keeps the last `keep` to `2 * keep` keys: a reader further behind re-reads all."""
+
+    def __init__(self, keep: int = 4096) -> None:
+        self._keep = keep
+        self._keys: list[str] = []
+        self._base = 0
+
+    def note(self, key: str) -> None:
+        """O(1) amortised."""
+        self._keys.append(key)
+        if len(self._keys) > 2 * self._keep:
+            drop = len(self._keys) - self._keep
+            del self._keys[:drop]
+            self._base += drop
+
+    @property
+    def end(self) -> int:
+        """The cursor after the last change."""
+        return self._base + len(self._keys)
+
+    def since(self, cursor: int) -> list[str] | None:
+        """Keys changed after `cursor` (repeats possible); None when they were trimmed."""
+        if cursor < self._base:
+            return None
+        return self._keys[cursor - self._base :]
+
+
+class OpenStreams:
+    """Decode streams this router has open per decode replica (the Placer's count), with a
+    change log for the pipeline's pool arrays."""
+
+    def __init__(self) -> None:
+        self._count: dict[str, int] = {}
+        self.changes = ChangeLog()
+
+    def get(self, replica_id: str) -> int:
+        return self._count.get(replica_id, 0)
+
+    def items(self) -> Iterable[tuple[str, int]]:
+        return self._count.items()
+
+    def add(self, replica_id: str, delta: int) -> None:
+        """Open (delta > 0) or close (< 0) streams on `replica_id`; never below 0."""
+        left = self._count.get(replica_id, 0) + delta
+        if left > 0:
+            self._count[replica_id] = left
+        else:
+            self._count.pop(replica_id, None)
+        self.changes.note(replica_id)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self._count)
 
 
 def with_open_streams(

@@ -4,10 +4,10 @@ Ray, no HTTP).
 For each fleet (replicas per pool) and index size ((replica, block) entries in all), it builds
 synthetic replica snapshots with random loads, fills the real `PrefixIndex` with KV-event
 batches of 64 blocks (timed: ingest rate; the index's arrays: bytes per million entries), then
-times `RoutingPolicy.decide` (the real pipeline, policy pdserve) on prompts of
-100 blocks whose first blocks most replicas hold to different depths (a shared system prompt
-and conversation, partially evicted), as process CPU time per decision, with the router's own in-flight work and open streams on
-two requests per replica of a pool (a loaded router). Every fleet is also
+times `RoutingPolicy.decide` (the real pipeline, policy pdserve) on prompts of 100 blocks whose
+first blocks most replicas hold to different depths (a shared system prompt and conversation,
+partially evicted), as process CPU time per decision, with the router's own in-flight work
+and open streams on two requests per replica of a pool (a loaded router). Every fleet is also
 given as a ratio to the smallest one measured in the same run.
 """
 
@@ -197,10 +197,14 @@ def measure(replicas_per_pool: int, entries: int, num_decisions: int, seed: int 
 def render(rows: Sequence[FleetRow]) -> Table:
     """The rows, each with its decision times as a ratio to the smallest fleet of the same
     index size in this run."""
-    table = Table(title="routing decision at fleet size (process CPU time per decision)")
+    table = Table(
+        title="routing decision at fleet size (process CPU time per decision; ÷ min: ratio to "
+        "the smallest fleet of the same index size; MB / M entries: the index's arrays; "
+        "M events/s: KV-event ingest)"
+    )
     for column in (
-        "replicas/pool", "entries", "p50 µs", "p99 µs", "p50 ÷ smallest", "p99 ÷ smallest",
-        "index MB per 1M entries", "ingest M events/s",
+        "per pool", "entries", "p50 µs", "p99 µs", "p50 ÷ min", "p99 ÷ min",
+        "MB / M entries", "M events/s",
     ):  # fmt: skip
         table.add_column(column, justify="right")
     smallest: dict[int, FleetRow] = {}

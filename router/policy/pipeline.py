@@ -4,8 +4,10 @@ Called by the router once per request on its hot path, after tokenizing and hash
 prompt's blocks; pure except for the round-robin counters it owns. The router then calls
 `OutstandingWork.start` for the replica that prefills and `PrefixIndex.on_routed`, sends the
 prefill (remote, or local on the decode replica), and calls `OutstandingWork.finish` when the
-prefill ends. Cost: O(replicas x cached prefix blocks) index lookups plus O(replicas) scoring
-(each scorer rates a whole pool at once; `pdserve bench-router` measures it at fleet size).
+prefill ends. Cost (pdserve): one prefix-index pass for all replicas (`prefix_depths`), then
+per pool one compiled kernel over the pool's arrays (pool_kernel.py, the compiled form of
+plugins.py's filters, scorers and picker); tens of microseconds flat from 8 to 512 replicas
+(`pdserve bench-router`, bench/RESULTS.md "Routing at fleet size").
 
 pdserve's flow: decode pool (filters → scorers → picker) → decider (local or remote
 prefill) → if remote, prefill pool (filters, then the lane filter when `lanes` is on →

@@ -1,6 +1,11 @@
 """The pieces of the pdserve pipeline: filters, scorers, one picker, the local-prefill decider
-and the priority assigner. All pure; the pipeline calls each once per request (scorers once per
-candidate), so each is a few arithmetic operations.
+and the priority assigner. All pure.
+
+The filters, scorers and picker here are the definition, over lists of `Candidate`s: readable,
+and what tests and tools call. The pipeline runs their compiled form, pool_kernel.evaluate,
+over a pool's arrays (same formulas, same order of additions); a property test
+(tests/unit/policy/test_fleet_equivalence.py) holds the two equal. The decider and the
+priority assigner run as they are (once per request).
 
 Order per pool: filters narrow the candidates → scorers rate each in [0, 1] (1 = best) →
 the picker takes the highest weighted sum. For decode the decider then says whether the

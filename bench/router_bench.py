@@ -3,7 +3,8 @@ Ray, no HTTP).
 
 For each fleet (replicas per pool) and index size ((replica, block) entries in all), it builds
 synthetic replica snapshots with random loads, fills the real `PrefixIndex` with KV-event
-batches of 64 blocks (timed: ingest rate; the index's arrays: bytes per million entries), then
+events of 64 blocks through the router's KV-event translator (timed: ingest rate; the index's
+and the translators' arrays: bytes per million entries), then
 times `RoutingPolicy.decide` (the real pipeline, policy pdserve) on prompts of 100 blocks whose
 first blocks most replicas hold to different depths (a shared system prompt and conversation,
 partially evicted), as process CPU time per decision, with the router's own in-flight work
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 import psutil
 from rich.table import Table
 
+from pdserve.router.block_hashes import block_hashes
+from pdserve.router.kv_events import EventTranslator
 from pdserve.router.policy import ReplicaSnapshot, RequestSummary
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
@@ -44,7 +47,11 @@ class FleetRow:
     decision_p50_us: float
     decision_p99_us: float
     index_bytes_per_million: float
+    """The prefix index's arrays per million (replica, block) entries."""
     ingest_events_per_s: float
+    """Block events per second through the KV-event translator into the index."""
+    translator_bytes_per_million: float = 0.0
+    """The KV-event translators' engine → router hash maps, per million entries."""
     rss_growth_bytes_per_million: float = 0.0
     """The process's resident memory growth while the index filled (includes the kernels'
     one-off compilation or cache load at the first fleet)."""
@@ -58,6 +65,7 @@ class Fleet:
     shared: list[int]
     ingest_s: float
     index_bytes: int
+    translator_bytes: int
     rss_bytes: int
 
 
@@ -89,28 +97,50 @@ def build_fleet(
         mode="events", default_max_blocks_per_replica=1 << 40
     ),
 ) -> Fleet:
-    """Snapshots of both pools and an index holding `entries` (replica, block) entries: each
-    holder replica holds the shared chain to a random depth, every replica fills up to its
-    share with blocks of its own, all added as KV-event batches of 64."""
+    """Snapshots of both pools and an index holding `entries` (replica, block) entries, fed
+    the way the router is: vLLM BlockStored events of 64 blocks (engine hashes, parent, token
+    ids) through each replica's real `EventTranslator` (the router's chained hash of each
+    block's tokens, the engine → router hash map) into the index. Each holder replica holds
+    the shared chain to a random depth, every replica fills up to its share with blocks of
+    its own (one chain per replica). Timed: the translator and index calls, not the event
+    generation."""
     prefill = _snapshots("prefill", replicas_per_pool, rng)
     decode = _snapshots("decode", replicas_per_pool, rng)
-    shared = [rng.getrandbits(63) for _ in range(SHARED_BLOCKS)]
+    shared_tokens = [rng.randrange(50_000) for _ in range(SHARED_BLOCKS * BLOCK_TOKENS)]
+    shared = list(block_hashes(shared_tokens, BLOCK_TOKENS))
+    shared_engine = [rng.getrandbits(64) for _ in range(SHARED_BLOCKS)]
+    filler = [rng.randrange(50_000) for _ in range(EVENT_BATCH * BLOCK_TOKENS)]
     replicas = [s.replica_id for s in prefill + decode]
     per_replica = max(1, entries // len(replicas))
     before = _rss()
     index = make_index()
+    translators = []
     ingest_s = 0.0
-    for rid in replicas:  # one replica's batches at a time: the random hashes are not timed
-        own: list[int] = []
-        if rng.random() < HOLDER_SHARE:
-            own.extend(shared[: rng.randint(1, SHARED_BLOCKS)])
-        own.extend(rng.getrandbits(63) for _ in range(per_replica - len(own)))
-        batches = [own[i : i + EVENT_BATCH] for i in range(0, len(own), EVENT_BATCH)]
+    for rid in replicas:  # one replica's events at a time: generating them is not timed
+        depth = rng.randint(1, SHARED_BLOCKS) if rng.random() < HOLDER_SHARE else 0
+        depth = min(depth, per_replica)
+        events: list[tuple[list[int], int | None, list[int]]] = []
+        if depth:
+            events.append((shared_engine[:depth], None, shared_tokens[: depth * BLOCK_TOKENS]))
+        own = [rng.getrandbits(64) for _ in range(per_replica - depth)]
+        parent = shared_engine[depth - 1] if depth else None
+        for i in range(0, len(own), EVENT_BATCH):
+            batch = own[i : i + EVENT_BATCH]
+            tokens = filler[: len(batch) * BLOCK_TOKENS]
+            if i == 0:  # a first block of its own makes the replica's chain its own
+                tokens = [rng.randrange(50_000) for _ in range(BLOCK_TOKENS)] + tokens[
+                    BLOCK_TOKENS:
+                ]
+            events.append((batch, parent, tokens))
+            parent = batch[-1]
+        translator = EventTranslator(rid, index)
+        translators.append(translator)
         start = time.perf_counter()
-        for batch in batches:
-            index.add_blocks(rid, batch)
+        for engine_hashes, parent_hash, token_ids in events:
+            translator.block_stored(engine_hashes, parent_hash, token_ids, BLOCK_TOKENS)
         ingest_s += time.perf_counter() - start
-    return Fleet(prefill, decode, index, shared, ingest_s, index.nbytes, _rss() - before)
+    maps = sum(t.nbytes for t in translators)
+    return Fleet(prefill, decode, index, shared, ingest_s, index.nbytes, maps, _rss() - before)
 
 
 def prompts(fleet: Fleet, n: int, rng: random.Random) -> list[RequestSummary]:
@@ -189,6 +219,7 @@ def measure(replicas_per_pool: int, entries: int, num_decisions: int, seed: int 
         decision_p50_us=statistics.median(times) * 1e6,
         decision_p99_us=_p99(times) * 1e6,
         index_bytes_per_million=fleet.index_bytes / (total / 1e6),
+        translator_bytes_per_million=fleet.translator_bytes / (total / 1e6),
         ingest_events_per_s=total / fleet.ingest_s if fleet.ingest_s > 0 else float("inf"),
         rss_growth_bytes_per_million=fleet.rss_bytes / (total / 1e6),
     )
@@ -199,12 +230,13 @@ def render(rows: Sequence[FleetRow]) -> Table:
     index size in this run."""
     table = Table(
         title="routing decision at fleet size (process CPU time per decision; ÷ min: ratio to "
-        "the smallest fleet of the same index size; MB / M entries: the index's arrays; "
-        "M events/s: KV-event ingest)"
+        "the smallest fleet of the same index size; index / maps MB / M: the prefix index's and "
+        "the KV-event translators' arrays per million (replica, block) entries; M events/s: "
+        "block events through translator and index)"
     )
     for column in (
         "per pool", "entries", "p50 µs", "p99 µs", "p50 ÷ min", "p99 ÷ min",
-        "MB / M entries", "M events/s",
+        "index MB / M", "maps MB / M", "M events/s",
     ):  # fmt: skip
         table.add_column(column, justify="right")
     smallest: dict[int, FleetRow] = {}
@@ -220,6 +252,7 @@ def render(rows: Sequence[FleetRow]) -> Table:
             f"{row.decision_p50_us / base.decision_p50_us:.2f}",
             f"{row.decision_p99_us / base.decision_p99_us:.2f}",
             f"{row.index_bytes_per_million / 1e6:.1f}",
+            f"{row.translator_bytes_per_million / 1e6:.1f}",
             f"{row.ingest_events_per_s / 1e6:.2f}",
         )
     return table

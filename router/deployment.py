@@ -26,6 +26,7 @@ from pdserve.router.context.breaks import ConversationTracker
 from pdserve.router.dispatch import RayServeDispatcher
 from pdserve.router.fault_hooks import HandoffSwapper
 from pdserve.router.kv_events import load_vllm_event_types
+from pdserve.router.kv_events import warm_up_kernels as warm_up_event_kernels
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
@@ -60,7 +61,9 @@ class Router:
             mode = "events" if uses_events else "approximate"
         if mode == "events":
             load_vllm_event_types()  # now, not on the first request: see its docstring
-        warm_up_kernels()  # seconds on a cold numba cache: now, not on the first request
+        # Seconds on a cold numba cache: now, not on the first request.
+        warm_up_kernels()
+        warm_up_event_kernels()
         self._view = ReplicaView(PrefixIndex(mode=mode), pools=pools)
         placer = Placer(
             router.routing,

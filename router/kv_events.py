@@ -12,7 +12,10 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
+import numpy as np
+
 from pdserve.router.block_hashes import ROOT_HASH, chain_hash
+from pdserve.router.int_map import IntMap, as_int64
 
 log = logging.getLogger("pdserve.router")
 
@@ -28,35 +31,48 @@ class BlockSink(Protocol):
 class EventTranslator:
     """Maps one engine's block hashes onto the router's chained hashes (pure).
 
-    Memory: one int→int entry per block the engine currently holds.
+    Memory: one packed entry (engine hash → ours, router/int_map.py: 20-30 bytes) per block
+    the engine currently holds. Engine hashes are vLLM's 64-bit ints (its default,
+    VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1) or bytes (keyed by their last 8 bytes).
     """
 
     def __init__(self, replica_id: str, sink: BlockSink):
         self._replica_id = replica_id
         self._sink = sink
-        self._ours: dict[Any, int] = {}
+        self._ours = IntMap()
+
+    @property
+    def num_blocks(self) -> int:
+        """Engine blocks it maps (the engine's cached blocks it has seen stored)."""
+        return len(self._ours)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its map's arrays."""
+        return self._ours.nbytes
 
     def block_stored(
         self, engine_hashes: list[Any], parent: Any, token_ids: list[int], block_size: int
     ) -> None:
-        ours_parent = ROOT_HASH if parent is None else self._ours.get(parent)
+        ours_parent = ROOT_HASH if parent is None else self._ours.get(int(as_int64([parent])[0]))
         if ours_parent is None:
             return  # parent evicted or unseen (subscribed mid-stream): cannot chain
         added = []
-        for i, engine_hash in enumerate(engine_hashes):
+        for i in range(len(engine_hashes)):
             tokens = token_ids[i * block_size : (i + 1) * block_size]
             if len(tokens) < block_size:
                 break
             ours_parent = chain_hash(ours_parent, tokens)
-            self._ours[engine_hash] = ours_parent
             added.append(ours_parent)
         if added:
+            keys = as_int64(engine_hashes[: len(added)])
+            self._ours.put_many(keys, np.array(added, dtype=np.int64))
             self._sink.add_blocks(self._replica_id, added)
 
     def block_removed(self, engine_hashes: list[Any]) -> None:
-        removed = [h for h in (self._ours.pop(e, None) for e in engine_hashes) if h is not None]
-        if removed:
-            self._sink.remove_blocks(self._replica_id, removed)
+        removed = self._ours.pop_many(as_int64(engine_hashes))
+        if len(removed):
+            self._sink.remove_blocks(self._replica_id, removed.tolist())
 
     def all_cleared(self) -> None:
         self._ours.clear()
@@ -134,3 +150,14 @@ class KVEventSubscriber:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+
+
+def warm_up_kernels() -> None:
+    """Compile (or load from numba's disk cache) the hash-map kernels a KV event uses: the
+    router calls it at start-up, not on its first event."""
+    from pdserve.router.policy.prefix_index import PrefixIndex
+
+    translator = EventTranslator("warm-up", PrefixIndex())
+    translator.block_stored([1, 2], None, list(range(32)), 16)
+    translator.block_removed([2, 3])
+    translator.all_cleared()

@@ -39,6 +39,7 @@ class ReplicaView:
         self._sources: dict[PoolName, ReplicaSource] = {}
         self._snapshots: dict[PoolName, list[ReplicaSnapshot]] = {"prefill": [], "decode": []}
         self._subscribers: dict[str, KVEventSubscriber] = {}
+        self._capacity: dict[str, int] = {}  # replica id -> KV blocks given to the index
         self._block_size = 0
         self._refreshed_at = 0.0
         self._refresh_interval_s = refresh_interval_s
@@ -159,8 +160,10 @@ class ReplicaView:
     def _track(self, replica_id: str, stats: dict[str, Any]) -> None:
         if stats.get("block_size_tokens"):
             self._block_size = int(stats["block_size_tokens"])
-        if stats.get("num_kv_blocks"):
-            self.index.set_capacity(replica_id, int(stats["num_kv_blocks"]))
+        capacity = int(stats.get("num_kv_blocks") or 0)
+        if capacity and self._capacity.get(replica_id) != capacity:
+            self.index.set_capacity(replica_id, capacity)
+            self._capacity[replica_id] = capacity
         endpoint = stats.get("kv_events_endpoint")
         if endpoint and self.index.mode == "events" and replica_id not in self._subscribers:
             sub = KVEventSubscriber(replica_id, endpoint, self.index)
@@ -176,6 +179,7 @@ class ReplicaView:
 
             asyncio.get_running_loop().create_task(sub.close())
         self.index.forget_replica(replica_id)
+        self._capacity.pop(replica_id, None)
 
     async def close(self) -> None:
         for sub in self._subscribers.values():

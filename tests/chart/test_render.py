@@ -270,9 +270,10 @@ def test_monitoring_objects_only_when_enabled(chart: helm_python.Chart) -> None:
     monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PodMonitor"}
     ray_pm, router_pm = monitors["demo-pdserve-ray"], monitors["demo-pdserve-router"]
     assert ray_pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    # One router replica: its own /metrics port (router.port + 1001), not the proxy's.
+    # The default two router replicas: each its own /metrics port (router.port + 1001, + 1002),
+    # not the proxy's.
     assert router_pm["spec"]["podMetricsEndpoints"] == [
-        {"port": "rmetrics-0", "path": "/metrics", "interval": "30s"}
+        {"port": f"rmetrics-{i}", "path": "/metrics", "interval": "30s"} for i in range(2)
     ]
     assert router_pm["spec"]["selector"]["matchLabels"]["ray.io/node-type"] == "head"
     for container in ray_containers(one(objects, "RayService")):

@@ -142,8 +142,9 @@ def test_network_policy_keeps_ray_ports_to_the_release(chart: helm_python.Chart)
     assert internal == {"from": [RELEASE_PODS]}
     # Clients reach the router port from anywhere, and nothing else.
     assert router == {"ports": [{"port": 8000, "protocol": "TCP"}]}
-    # Ray's metrics, the router port and the router replica's own /metrics (router.port + 1001).
-    assert metrics["from"] == [MONITORING] and _ports(metrics) == {8080, 8000, 9001}
+    # Ray's metrics, the router port and the default two router replicas' own /metrics
+    # (router.port + 1001, + 1002).
+    assert metrics["from"] == [MONITORING] and _ports(metrics) == {8080, 8000, 9001, 9002}
     assert operator["from"] == [OPERATOR] and _ports(operator) == {8265, 8000}
     for rule in (router, metrics, operator):
         assert all("endPort" not in p for p in rule["ports"])

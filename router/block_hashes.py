@@ -17,11 +17,17 @@ def chain_hash(parent: int, tokens: Sequence[int]) -> int:
     return hash((parent, tuple(tokens)))
 
 
+def chained(parent: int, token_ids: Sequence[int], block_size: int) -> list[int]:
+    """The hashes of the full blocks of `token_ids`, chained from `parent` (the hash of the
+    block before them; ROOT_HASH for a prompt's first block). `chain_hash` per block, inlined:
+    the KV-event translator calls this for every block an engine stores."""
+    out = []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash((parent, tuple(token_ids[start : start + block_size])))
+        out.append(parent)
+    return out
+
+
 def block_hashes(token_ids: Sequence[int], block_size: int) -> tuple[int, ...]:
     """Chained hashes of the prompt's full blocks, first block first."""
-    out = []
-    parent = ROOT_HASH
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = chain_hash(parent, token_ids[start : start + block_size])
-        out.append(parent)
-    return tuple(out)
+    return tuple(chained(ROOT_HASH, token_ids, block_size))

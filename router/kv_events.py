@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pdserve.router.block_hashes import ROOT_HASH, chain_hash
+from pdserve.router.block_hashes import ROOT_HASH, chained
 from pdserve.router.int_map import IntMap, as_int64
 
 log = logging.getLogger("pdserve.router")
@@ -57,13 +57,8 @@ class EventTranslator:
         ours_parent = ROOT_HASH if parent is None else self._ours.get(int(as_int64([parent])[0]))
         if ours_parent is None:
             return  # parent evicted or unseen (subscribed mid-stream): cannot chain
-        added = []
-        for i in range(len(engine_hashes)):
-            tokens = token_ids[i * block_size : (i + 1) * block_size]
-            if len(tokens) < block_size:
-                break
-            ours_parent = chain_hash(ours_parent, tokens)
-            added.append(ours_parent)
+        full = min(len(engine_hashes), len(token_ids) // block_size)
+        added = chained(ours_parent, token_ids[: full * block_size], block_size)
         if added:
             keys = as_int64(engine_hashes[: len(added)])
             self._ours.put_many(keys, np.array(added, dtype=np.int64))

@@ -10,10 +10,13 @@ aging) → config.py (`PolicyConfig`, on strict.py's `StrictModel`). README.md e
 and how to add a scorer.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights
 from pdserve.router.policy.cost_model import CostModel, DecodeSample, FitResult, PrefillSample
-from pdserve.router.policy.pipeline import RoutingPolicy
-from pdserve.router.policy.prefix_index import PrefixIndex, PrefixIndexMode
 from pdserve.router.policy.state import InFlightPrefill, OutstandingWork
 from pdserve.router.policy.types import (
     Candidate,
@@ -22,6 +25,28 @@ from pdserve.router.policy.types import (
     ReplicaSnapshot,
     RequestSummary,
 )
+
+if TYPE_CHECKING:
+    from pdserve.router.policy.pipeline import RoutingPolicy
+    from pdserve.router.policy.prefix_index import PrefixIndex, PrefixIndexMode
+
+# Imported on first use: they load numba (and llvmlite), which must stay out of the engine
+# processes that import this package for its config and cost model. vLLM's CPU workers scan
+# every loaded module when they start and fail on an llvmlite object
+# (tests/unit/test_engine_imports.py).
+_LAZY = {
+    "RoutingPolicy": "pipeline",
+    "PrefixIndex": "prefix_index",
+    "PrefixIndexMode": "prefix_index",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "Candidate",

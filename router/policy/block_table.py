@@ -96,8 +96,8 @@ def _home(key: int, size: int) -> np.int64:
 
 
 @nb.njit(cache=True, inline="always")
-def find(p: Packed, key: int) -> int:
-    """Table row of `key`, or -1."""
+def _probe(p: Packed, key: int) -> int:
+    """Table row of `key`, or -1 - the empty row where its probe ended."""
     size = p.t.shape[0]
     s = _home(key, size)
     while p.t[s].head != -1:
@@ -106,20 +106,23 @@ def find(p: Packed, key: int) -> int:
         s += 1
         if s == size:
             s = 0
-    return -1
+    return -1 - s
+
+
+@nb.njit(cache=True, inline="always")
+def find(p: Packed, key: int) -> int:
+    """Table row of `key`, or -1."""
+    s = _probe(p, key)
+    return s if s >= 0 else -1
 
 
 @nb.njit(cache=True, inline="always")
 def _claim(p: Packed, key: int) -> int:
     """Table row of `key`, a new empty-holder row if absent (caller links a holder at once)."""
-    size = p.t.shape[0]
-    s = _home(key, size)
-    while p.t[s].head != -1:
-        if p.t[s].key == key:
-            return s
-        s += 1
-        if s == size:
-            s = 0
+    s = _probe(p, key)
+    if s >= 0:
+        return s
+    s = -1 - s
     p.t[s].key = key
     p.t[s].head = -2  # full, no holder yet
     p.t[s].aux = 0

@@ -1,7 +1,8 @@
 """The `pdserve` command line: run a cluster on one machine or several (up, join, down),
 inspect its config (serve-config, config-schema), make the demo model (demo-model), and measure
 and watch a cluster (bench, bench-overload, bench-faults, kv-check, profile, top), predict
-deployments (simulate, tune) and estimate context trimming on a recorded agent run (context)."""
+deployments (simulate, tune), estimate context trimming on a recorded agent run (context) and
+report tenants' usage (tenants)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pdserve.profiling.cli import profile
 from pdserve.sim.check_cli import sim_check
 from pdserve.sim.cli import simulate
 from pdserve.sim.tune_cli import tune
+from pdserve.tenants_cli import tenants_app
 from pdserve.top.cli import top
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -105,6 +107,11 @@ app.add_typer(
     context_app,
     name="context",
     short_help="What-ifs on a recorded agent run's context: trimming vs prefill and prefix cache.",
+)
+app.add_typer(
+    tenants_app,
+    name="tenants",
+    short_help="Tenants: usage over a window (tokens, prefill seconds, 429s); key digests.",
 )
 
 

@@ -31,6 +31,7 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.serve_env \
   -m pdserve.local_cluster \
   -m pdserve.cluster_cli \
+  -m pdserve.tenants_cli \
   -p pdserve.autoscaling \
   -p pdserve.router \
   -p pdserve.engine \

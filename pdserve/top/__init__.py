@@ -2,6 +2,7 @@
 
 Pure parts: `scrape` (parsed /metrics samples), `window` (the last N seconds of scrapes and
 their deltas), `quantile` (Prometheus-style histogram quantiles), `bandwidth` (KV bandwidth vs
-the kv-check fabric baseline), `model` (every table row as plain data). Thin adapters: `poll`
+the kv-check fabric baseline), `tenants` (per-tenant usage over the window, also behind
+`pdserve tenants usage`), `model` (every table row as plain data). Thin adapters: `poll`
 (HTTP) and `render` (rich); `cli` is the typer command registered in pdserve/cli.py.
 """

@@ -49,7 +49,8 @@ def top(
     ] = False,
 ) -> None:
     """Live view of a pdserve cluster: pools and replicas, TTFT/ITL quantiles, KV transfer
-    latency and bandwidth, routing decisions, over the last --window seconds of scrapes."""
+    latency and bandwidth, routing decisions and, when the router has tenants, each tenant's
+    usage, over the last --window seconds of scrapes."""
     console = Console()
     fabric: tuple[FabricPoint, ...] | None = None
     if fabric_json is not None:

@@ -23,6 +23,7 @@ from pdserve.top.bandwidth import (
 )
 from pdserve.top.quantile import buckets_by, histogram_quantile, quantile_of
 from pdserve.top.scrape import SampleKey, sum_by, total
+from pdserve.top.tenants import TenantRow, tenant_rows
 from pdserve.top.window import ScrapeWindow
 
 TTFT = "pdserve_time_to_first_token_seconds"
@@ -133,6 +134,8 @@ class TopView:
     """KV handoffs checked per second (`pdserve_kv_integrity_checks_total`)."""
     kv_integrity_failures: tuple[RateRow, ...] = ()
     """Handoffs not used (recomputed) per second, by reason."""
+    tenants: tuple[TenantRow, ...] = ()
+    """Per-tenant usage over the window (pdserve/top/tenants.py); empty without tenant series."""
 
 
 def _ordered(keys: Iterable[str], preferred: tuple[str, ...]) -> list[str]:
@@ -291,8 +294,12 @@ def build_view(
         if pool not in seen
     )
     scaling, events = scaling_rows(newest.replicas)
-    base = TopView(len(window), None, pools, replicas, note, scaling=scaling, scale_events=events)
     d = window.delta()
+    tenants = tenant_rows(newest.samples, d)
+    base = TopView(
+        len(window), None, pools, replicas, note, scaling=scaling, scale_events=events,
+        tenants=tenants,
+    )  # fmt: skip
     if d is None:
         return base
     s = d.samples
@@ -323,4 +330,5 @@ def build_view(
         scale_events=base.scale_events,
         kv_checks_per_s=d.rate(total(s, "pdserve_kv_integrity_checks_total")),
         kv_integrity_failures=integrity_rows(s, d.span_s),
+        tenants=tenants,
     )

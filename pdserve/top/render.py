@@ -1,7 +1,9 @@
 """rich adapter: a `TopView` as one renderable (formatting and colour only, no logic).
 
 Laid out to fit an 80x24 terminal for a small cluster: header, traffic lines, one table of
-pools with their replicas, TTFT by input bucket with the p50 breakdown, KV transfer lines.
+pools with their replicas, TTFT by input bucket with the p50 breakdown, KV transfer lines, and
+(when the router exports tenant series) two tables of per-tenant usage, also used by
+`pdserve tenants usage`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ from rich.table import Table
 from rich.text import Text
 
 from pdserve.top.model import RateRow, TopView
-from pdserve.top.units import DASH, fmt_bandwidth, fmt_bytes, fmt_rate, fmt_ratio, fmt_seconds
+from pdserve.top.tenants import TenantRow
+from pdserve.top.units import (
+    DASH,
+    fmt_amount,
+    fmt_bandwidth,
+    fmt_bytes,
+    fmt_rate,
+    fmt_ratio,
+    fmt_seconds,
+)
 
 _VERDICT_STYLE = {"warn": "bold red", "ok": "green", "info": "yellow"}
 
@@ -160,6 +171,65 @@ def _kv(view: TopView) -> Group:
     return Group(line, checks, Text(verdict.message, style=_VERDICT_STYLE[verdict.level]))
 
 
+def _usage(row: TenantRow, total: float, with_totals: bool, bad: bool = False) -> Text:
+    """A rate, or with `with_totals` the window's total above its rate."""
+    rate = row.per_s(total)
+    style = "red" if bad and total > 0 else ""
+    if not with_totals:
+        return Text(fmt_amount(rate), style=style)
+    return Text(f"{fmt_amount(total)}\n{fmt_amount(rate)}/s", style=style)
+
+
+def _reason(row: TenantRow) -> str:
+    """The top 429 reason, without the `tenant_` its own-limit reasons start with."""
+    reason = row.top_reason
+    return DASH if reason is None else reason.removeprefix("tenant_")
+
+
+def tenant_tables(rows: tuple[TenantRow, ...], with_totals: bool = False) -> Group:
+    """Per-tenant usage as two tables (requests and tokens; cost and latency), each fitting 80
+    columns. Cells are per-second rates, or with `with_totals` the window's total above its
+    rate, and then a third table of fair-queue wait p99 by tier."""
+    unit = "total and per second" if with_totals else "per second"
+    traffic = _table(
+        f"Tenants: requests and tokens ({unit})", "tenant", "requests", "429", "429 reason",
+        "prompt", "cached", "output", "inflight",
+    )  # fmt: skip
+    cost = _table(
+        f"Tenants: cost ({unit}) and latency", "tenant", "prefill s", "share", "KV blk·s",
+        "TTFT p50", "TTFT p99", "ITL p99",
+    )  # fmt: skip
+    for r in rows:
+        traffic.add_row(
+            r.tenant,
+            _usage(r, r.requests, with_totals),
+            _usage(r, r.rejected, with_totals, bad=True),
+            _reason(r),
+            _usage(r, r.prompt_tokens, with_totals),
+            _usage(r, r.cached_tokens, with_totals),
+            _usage(r, r.output_tokens, with_totals),
+            _num(r.inflight),
+        )
+        cost.add_row(
+            r.tenant,
+            _usage(r, r.prefill_s, with_totals),
+            fmt_ratio(r.prefill_share),
+            _usage(r, r.kv_block_s, with_totals),
+            fmt_seconds(r.ttft_p50_s),
+            fmt_seconds(r.ttft_p99_s),
+            fmt_seconds(r.itl_p99_s),
+        )
+    if not with_totals:
+        return Group(traffic, cost)
+    queue = _table("", "tenant", "prefill", "decode")
+    for r in rows:
+        queue.add_row(
+            r.tenant, fmt_seconds(r.queue_p99("prefill")), fmt_seconds(r.queue_p99("decode"))
+        )
+    title = Text("Tenants: fair-queue wait p99 by tier", style="bold")
+    return Group(traffic, cost, title, queue)
+
+
 def render(
     view: TopView,
     url: str,
@@ -168,7 +238,8 @@ def render(
     clock_label: str,
     error: str | None = None,
 ) -> RenderableType:
-    """The whole screen: header, error line (red), traffic, pools/replicas, TTFT, KV."""
+    """The whole screen: header, error line (red), traffic, pools/replicas, TTFT, KV, and the
+    tenants' tables when the router exports tenant series."""
     if view.scrapes == 0:
         span = "no data yet"
     elif view.span_s is None:
@@ -183,4 +254,6 @@ def render(
     if view.scaling:
         parts.append(_scaling(view))
     parts += [_ttft(view), _kv(view)]
+    if view.tenants:
+        parts.append(tenant_tables(view.tenants))
     return Group(*parts)

@@ -47,3 +47,18 @@ def fmt_ratio(ratio: float | None) -> str:
     if ratio is None:
         return DASH
     return f"{ratio * 100:.1f}%"
+
+
+def fmt_amount(value: float | None) -> str:
+    """A count or a per-second amount, compact: 0.25 -> "0.25", 12.3 -> "12.3", 1234 -> "1234",
+    12345 -> "12.3k", 2.5e6 -> "2.50M"."""
+    if value is None:
+        return DASH
+    magnitude = abs(value)
+    if magnitude >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if magnitude >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    if magnitude >= 100 or value == int(value):
+        return f"{value:.0f}"
+    return f"{value:.2f}" if magnitude < 10 else f"{value:.1f}"

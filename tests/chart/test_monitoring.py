@@ -162,6 +162,13 @@ def test_dashboard_panel_queries_existing_metrics(panel: dict[str, Any]) -> None
         ("pdserve_requests_total", "by (decision)"),
         ("pdserve_requests_total", "by (status)"),
         ("pdserve_router_event_loop_lag_seconds_bucket", "histogram_quantile(0.99"),
+        # Tenants row: every tenant series is scope "router", summed over router replicas.
+        ("pdserve_tenant_requests_total", "sum by (tenant)"),
+        ("pdserve_tenant_rejected_total", "sum by (tenant, reason)"),
+        ("pdserve_tenant_time_to_first_token_seconds_bucket", "histogram_quantile(0.99"),
+        ("pdserve_tenant_inter_token_latency_seconds_bucket", "histogram_quantile(0.99"),
+        ("pdserve_tenant_prefill_seconds_total", "/ scalar(sum("),
+        ("pdserve_tenant_queue_wait_seconds_bucket", "sum by (le, tenant, tier)"),
     ],
 )
 def test_dashboard_has_the_panels_sres_need(metric: str, must_contain: str) -> None:

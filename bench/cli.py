@@ -147,6 +147,8 @@ def bench_overload(
     max_retry_wait_s: Annotated[float | None, _oopt("max_retry_wait_s")] = None,
     max_reject_s: Annotated[float | None, _oopt("max_reject_s")] = None,
     max_ttft_p99_ratio: Annotated[float | None, _oopt("max_ttft_p99_ratio")] = None,
+    health_probes_per_s: Annotated[float | None, _oopt("health_probes_per_s")] = None,
+    max_reject_health_ratio: Annotated[float | None, _oopt("max_reject_health_ratio")] = None,
     json_path: Annotated[pathlib.Path | None, _oopt("json_path", "--json")] = None,
 ) -> None:
     """Overload test: closed loops of far more clients than the server sustains (e.g. 32 then
@@ -219,6 +221,53 @@ def bench_faults(
         _invalid_options(console, exc.errors())
         raise typer.Exit(2) from exc
     raise typer.Exit(run_bench_faults(cfg, console))
+
+
+def _topt(field: str, flag: str | None = None) -> Any:
+    from pdserve.bench.tenants_config import TenantsBenchConfig
+
+    return _option(TenantsBenchConfig, field, flag)
+
+
+def bench_tenants(
+    url: Annotated[str | None, _topt("url")] = None,
+    model: Annotated[str | None, _topt("model")] = None,
+    key_file: Annotated[pathlib.Path | None, _topt("key_file")] = None,
+    flood_tenant: Annotated[str | None, _topt("flood_tenant")] = None,
+    steady_tenant: Annotated[str | None, _topt("steady_tenant")] = None,
+    heavy_tenant: Annotated[str | None, _topt("heavy_tenant")] = None,
+    light_tenant: Annotated[str | None, _topt("light_tenant")] = None,
+    steady_rate_per_s: Annotated[float | None, _topt("steady_rate_per_s", "--steady-rate")] = None,
+    steady_tokens: Annotated[int | None, _topt("steady_tokens")] = None,
+    flood_tokens: Annotated[int | None, _topt("flood_tokens")] = None,
+    flood_clients: Annotated[int | None, _topt("flood_clients")] = None,
+    output_tokens: Annotated[int | None, _topt("output_tokens")] = None,
+    phase_s: Annotated[float | None, _topt("phase_s")] = None,
+    weights_s: Annotated[float | None, _topt("weights_s")] = None,
+    weights_clients: Annotated[int | None, _topt("weights_clients")] = None,
+    max_retry_wait_s: Annotated[float | None, _topt("max_retry_wait_s")] = None,
+    request_timeout_s: Annotated[float | None, _topt("request_timeout_s")] = None,
+    json_path: Annotated[pathlib.Path | None, _topt("json_path", "--json")] = None,
+) -> None:
+    """Tenants sharing one cluster, in one run (start it with deploy/local-tenants.yaml):
+    tenant B's TTFT alone, beside tenant A's flood with fair sharing on, and with it off; A's
+    429s and their x-ratelimit-* headers; then two tenants of weights 3 and 1 saturating the
+    prefill tier, split by engine-reported prefill seconds. Official openai client. Exit 1 if
+    a check fails."""
+    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from pdserve.bench.tenants_config import TenantsBenchConfig
+    from pdserve.bench.tenants_run import run_tenants
+
+    console = Console()
+    try:
+        cfg = TenantsBenchConfig(**options)
+    except ValidationError as exc:
+        _invalid_options(console, exc.errors())
+        raise typer.Exit(2) from exc
+    raise typer.Exit(run_tenants(cfg, console))
 
 
 def bench_router(

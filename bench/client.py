@@ -102,6 +102,16 @@ class BenchClient:
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             raise BenchError(f"GET {self._http.base_url}/v1/models failed: {exc!r}") from exc
 
+    async def probe(self, path: str) -> float | None:
+        """Seconds one GET of `path` took to answer 200 (body read); None: it failed."""
+        start = self._clock()
+        try:
+            resp = await self._http.get(path)
+            await resp.aread()
+        except httpx.HTTPError:
+            return None
+        return self._clock() - start if resp.status_code == 200 else None
+
     async def send(
         self, spec: RequestSpec, model: str, policy: str | None, t0: float
     ) -> RequestResult:

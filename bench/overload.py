@@ -9,7 +9,11 @@ saturation point) and the checks a safe-to-expose server must pass:
 - every attempt is answered 200 or 429: no 5xx, no other error, no hang (client timeout);
 - every 429 carries `Retry-After`, and their latency p99 is within `max_reject_s`;
 - the admitted requests' TTFT p99 at every level stays within `max_ttft_p99_ratio` x its
-  value at the first level.
+  value at the first level;
+- where GET /health was probed during a level, the 429s' latency p95 is within
+  `max_reject_health_ratio` x the probes' p95: a refusal, made before the body is read, should
+  cost no more than the cheapest route (both wait on the same event loop; the ratio cancels
+  out how busy the client and the machine are).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 from pdserve.bench.models import RequestResult
 from pdserve.bench.report import ReportModel
-from pdserve.bench.stats import rate, ratio, summarize
+from pdserve.bench.stats import percentile, rate, ratio, summarize
 
 SCHEMA_VERSION = 1
 REJECTED = 429
@@ -29,13 +33,15 @@ REJECTED = 429
 @dataclass(frozen=True)
 class LevelOutcome:
     """The raw attempts of one level. `num_requests` are the distinct requests; `wall_s` runs
-    from the first send to the last answer; `unfinished` requests gave up (retry cap)."""
+    from the first send to the last answer; `unfinished` requests gave up (retry cap);
+    `health_s` the seconds of each GET /health probe sent during the level (None: failed)."""
 
     concurrency: int
     num_requests: int
     attempts: tuple[RequestResult, ...]
     wall_s: float
     num_unfinished: int = 0
+    health_s: tuple[float | None, ...] = ()
 
 
 class LevelReport(ReportModel):
@@ -52,10 +58,17 @@ class LevelReport(ReportModel):
     num_unfinished: int
     rejected_fraction: float | None
     reject_latency_p50_s: float | None
+    reject_latency_p95_s: float | None
     reject_latency_p99_s: float | None
     reject_latency_max_s: float | None
     rejects_without_retry_after: int
     retry_after_p50_s: float | None
+    num_health_probes: int
+    num_health_failed: int
+    health_latency_p50_s: float | None
+    health_latency_p95_s: float | None
+    reject_to_health_p95_ratio: float | None
+    """429 latency p95 / GET /health latency p95 during the same level."""
     ttft_p50_s: float | None
     ttft_p99_s: float | None
     e2e_p99_s: float | None
@@ -104,6 +117,9 @@ def build_level(level: LevelOutcome) -> LevelReport:
     ok = [r for r in level.attempts if r.ok]
     rejected = [r for r in level.attempts if _kind(r) == "rejected"]
     reject_latency = summarize([r.e2e_s for r in rejected])
+    reject_p95 = percentile([r.e2e_s for r in rejected], 95)
+    health = [s for s in level.health_s if s is not None]
+    health_p95 = percentile(health, 95)
     ttft = summarize([r.ttft_s for r in ok if r.ttft_s is not None])
     e2e = summarize([r.e2e_s for r in ok])
     errors = Counter(
@@ -121,12 +137,18 @@ def build_level(level: LevelOutcome) -> LevelReport:
         num_unfinished=level.num_unfinished,
         rejected_fraction=len(rejected) / len(level.attempts) if level.attempts else None,
         reject_latency_p50_s=reject_latency.p50,
+        reject_latency_p95_s=reject_p95,
         reject_latency_p99_s=reject_latency.p99,
         reject_latency_max_s=max((r.e2e_s for r in rejected), default=None),
         rejects_without_retry_after=sum(r.retry_after_s is None for r in rejected),
         retry_after_p50_s=summarize(
             [r.retry_after_s for r in rejected if r.retry_after_s is not None]
         ).p50,
+        num_health_probes=len(level.health_s),
+        num_health_failed=len(level.health_s) - len(health),
+        health_latency_p50_s=percentile(health, 50),
+        health_latency_p95_s=health_p95,
+        reject_to_health_p95_ratio=ratio(reject_p95, health_p95),
         ttft_p50_s=ttft.p50,
         ttft_p99_s=ttft.p99,
         e2e_p99_s=e2e.p99,
@@ -142,7 +164,10 @@ RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "requests_per_s", "outp
 
 
 def build_checks(
-    levels: Sequence[LevelReport], max_reject_s: float, max_ttft_p99_ratio: float
+    levels: Sequence[LevelReport],
+    max_reject_s: float,
+    max_ttft_p99_ratio: float,
+    max_reject_health_ratio: float = 2.0,
 ) -> list[Check]:
     checks = []
     bad: dict[str, tuple[int, int, int]] = {
@@ -182,6 +207,19 @@ def build_checks(
             f"{slowest:.3f} s); {missing} without Retry-After",
         )
     )
+    for lv in levels:
+        r = lv.reject_to_health_p95_ratio
+        if r is None:
+            continue  # no 429s, or no /health probe answered
+        checks.append(
+            Check(
+                name=f"429 as cheap as /health at c={lv.concurrency}",
+                passed=r <= max_reject_health_ratio and lv.num_health_failed == 0,
+                detail=f"429 p95 {lv.reject_latency_p95_s:.3f} s = {r:.2f}x /health p95 "
+                f"{lv.health_latency_p95_s:.3f} s (limit {max_reject_health_ratio:g}x); "
+                f"{lv.num_health_failed} of {lv.num_health_probes} probes failed",
+            )
+        )
     base = levels[0].ttft_p99_s if levels else None
     for lv in levels[1:]:
         r = ratio(lv.ttft_p99_s, base)
@@ -204,6 +242,7 @@ def build_overload_report(
     max_reject_s: float,
     max_ttft_p99_ratio: float,
     interrupted: bool = False,
+    max_reject_health_ratio: float = 2.0,
 ) -> OverloadReport:
     reports = [build_level(lv) for lv in levels]
     ratios: dict[str, dict[str, float | None]] = {}
@@ -218,6 +257,6 @@ def build_overload_report(
         config=config,
         levels=reports,
         ratios=ratios,
-        checks=build_checks(reports, max_reject_s, max_ttft_p99_ratio),
+        checks=build_checks(reports, max_reject_s, max_ttft_p99_ratio, max_reject_health_ratio),
         interrupted=interrupted,
     )

@@ -51,6 +51,18 @@ class OverloadConfig(StrictModel):
         gt=0,
         description="Check: admitted TTFT p99 at each level within this multiple of the first's.",
     )
+    health_probes_per_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="GET /health probes per second during each level (a fixed rate, each on "
+        "its own connection), reported beside the 429 latency; 0: none.",
+    )
+    max_reject_health_ratio: float = Field(
+        default=2.0,
+        gt=0,
+        description="Check: 429 latency p95 within this multiple of the /health probes' p95 "
+        "during the same level.",
+    )
     json_path: pathlib.Path | None = Field(default=None, description="Write the JSON report.")
 
     @model_validator(mode="after")

@@ -86,16 +86,50 @@ class _Levels:
                     unfinished += 1
                 self._progress.update(task, advance=1)
 
+        health: list[float | None] = []
         clients = [asyncio.create_task(client_loop()) for _ in range(concurrency)]
+        prober = asyncio.create_task(self._probe_health(health))
         try:
             await asyncio.gather(*clients)
         finally:
-            for c in clients:
+            for c in (*clients, prober):
                 c.cancel()
+            await asyncio.gather(prober, return_exceptions=True)  # closes its client
             wall_s = self._clock() - t0
             out.append(
-                LevelOutcome(concurrency, cfg.num_requests, tuple(attempts), wall_s, unfinished)
-            )
+                LevelOutcome(
+                    concurrency, cfg.num_requests, tuple(attempts), wall_s, unfinished,
+                    tuple(health),
+                )
+            )  # fmt: skip
+
+    async def _probe_health(self, out: list[float | None]) -> None:
+        """GET /health at `health_probes_per_s` (a fixed schedule, not waiting for answers: a
+        slow answer does not thin the probes) until cancelled; each probe's seconds into `out`.
+        Kept-alive connections, as the flood's clients have: the two latencies differ only by
+        what the router does with the request."""
+        cfg = self._cfg
+        if cfg.health_probes_per_s <= 0:
+            return
+        period_s = 1.0 / cfg.health_probes_per_s
+        pending: set[asyncio.Task[None]] = set()
+        client = BenchClient(cfg.url, 8, cfg.request_timeout_s, tls=self._tls)
+
+        async def one() -> None:
+            out.append(await client.probe("/health"))
+
+        next_s = self._clock()
+        try:
+            while True:
+                task = asyncio.create_task(one())
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                next_s += period_s
+                await asyncio.sleep(max(0.0, next_s - self._clock()))
+        finally:
+            for task in pending:
+                task.cancel()
+            await client.close()
 
 
 def levels_table(report: OverloadReport) -> Table:
@@ -120,8 +154,12 @@ def levels_table(report: OverloadReport) -> Table:
     )  # fmt: skip
     for label, field in (
         ("429 latency p50 (s)", "reject_latency_p50_s"),
+        ("429 latency p95 (s)", "reject_latency_p95_s"),
         ("429 latency p99 (s)", "reject_latency_p99_s"),
         ("429 latency max (s)", "reject_latency_max_s"),
+        ("/health p50 (s)", "health_latency_p50_s"),
+        ("/health p95 (s)", "health_latency_p95_s"),
+        ("429 p95 / /health p95", "reject_to_health_p95_ratio"),
         ("Retry-After p50 (s)", "retry_after_p50_s"),
         ("TTFT p50 (s)", "ttft_p50_s"),
         ("TTFT p99 (s)", "ttft_p99_s"),
@@ -181,7 +219,7 @@ def run_overload(cfg: OverloadConfig, console: Console) -> int:
         return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
     report = build_overload_report(
         cfg.url, model or "?", cfg.model_dump(mode="json"), levels,
-        cfg.max_reject_s, cfg.max_ttft_p99_ratio, interrupted,
+        cfg.max_reject_s, cfg.max_ttft_p99_ratio, interrupted, cfg.max_reject_health_ratio,
     )  # fmt: skip
     show(report, console)
     if cfg.json_path is not None:

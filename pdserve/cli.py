@@ -14,7 +14,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from pdserve.bench.cli import bench, bench_faults, bench_overload, bench_router
+from pdserve.bench.cli import bench, bench_faults, bench_overload, bench_router, bench_tenants
 from pdserve.cluster_cli import ConfigOpt, down, join, load, up
 from pdserve.config import PdserveConfig
 from pdserve.context.cli import context_app
@@ -87,6 +87,8 @@ _COMMANDS: list[tuple[str, Callable[..., Any], str]] = [
      "Routing decision CPU time, prefix-index memory and ingest at fleet size (no engines)."),
     ("bench-faults", bench_faults,
      "Fault test: kill/freeze real engines under load; reliability table (exit 1: lost)."),
+    ("bench-tenants", bench_tenants,
+     "Tenants: one tenant's TTFT beside another's flood, sharing on/off; 3:1 weights."),
     # pdserve.kv_transfer.fabric_check, pdserve.profiling, pdserve.top
     ("kv-check", kv_check,
      "Measure NIXL latency and bandwidth between two agents; catch a TCP fallback."),

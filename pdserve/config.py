@@ -281,4 +281,19 @@ def load_config(path: pathlib.Path) -> PdserveConfig:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(raw).__name__}")
+    _anchor_key_file(raw, path.parent)
     return parse_config(raw, origin=str(path))
+
+
+def _anchor_key_file(raw: dict[str, Any], config_dir: pathlib.Path) -> None:
+    """A relative router.auth.api_key_file is relative to the config file's folder (the
+    router replicas run in other working directories)."""
+    router = raw.get("router")
+    auth = router.get("auth") if isinstance(router, dict) else None
+    if not isinstance(auth, dict):
+        return
+    key_file = auth.get("api_key_file")
+    if isinstance(key_file, str) and key_file:
+        path = pathlib.Path(key_file).expanduser()
+        if not path.is_absolute():
+            auth["api_key_file"] = str((config_dir / path).resolve())

@@ -18,3 +18,16 @@ POOLS: tuple[PoolName, ...] = get_args(PoolName)
 
 PolicyName = Literal["round_robin", "least_loaded", "pdserve"]
 """Which routing policy decides: two baselines, or pdserve's cost- and cache-aware pipeline."""
+
+RejectReason = Literal[
+    "router_inflight",
+    "prefill_backlog",
+    "decode_streams",
+    "tenant_requests_per_minute",
+    "tenant_tokens_per_minute",
+    "tenant_concurrency",
+    "fair_queue_full",
+    "fair_queue_timeout",
+]
+"""The bounded `reason` label of pdserve_requests_rejected_total: the router's own bounds, a
+tenant's limits (router/tenants/limits.py) and its tier queues (router/tenants/fair_queue.py)."""

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from pdserve.names import PolicyName
 from pdserve.router.policy.config import PolicyConfig
 from pdserve.router.policy.strict import StrictModel
+from pdserve.tenant_config import TenantsConfig
 
 
 class AuthConfig(StrictModel):
@@ -20,16 +21,19 @@ class AuthConfig(StrictModel):
         default="PDSERVE_API_KEY",
         min_length=1,
         description=(
-            "Environment variable holding the accepted API keys, comma-separated (several "
-            "keys let you rotate: add the new one, move clients, drop the old one). Read by "
-            "each router replica at start; unset or empty = no keys from the environment."
+            "Environment variable holding accepted API keys, comma-separated (several keys let "
+            "you rotate: add the new one, move clients, drop the old one); they belong to the "
+            "`default` tenant. Read by each router replica at start; unset or empty = no keys "
+            "from the environment."
         ),
     )
     api_key_file: str | None = Field(
         default=None,
         description=(
-            "A file with more accepted keys, one per line (e.g. a mounted Kubernetes Secret); "
-            "blank lines and lines starting with # are ignored. None = no file."
+            "A file with more accepted keys (e.g. a mounted Kubernetes Secret): either the "
+            "tenant format (YAML `tenants:` with each tenant's name, weight, priority, keys "
+            "and limits; docs/tenants.md), or one key per line (each key its own tenant; "
+            "blank lines and lines starting with # are ignored). None = no file."
         ),
     )
     protect_metrics: bool = Field(
@@ -258,6 +262,13 @@ class RouterConfig(StrictModel):
     )
     admission: AdmissionConfig = Field(
         default_factory=AdmissionConfig, description="Bounds per tier (429 beyond them)."
+    )
+    tenants: TenantsConfig = Field(
+        default_factory=TenantsConfig,
+        description=(
+            "Sharing saturated tiers between tenants by weight (the tenants, their keys and "
+            "limits are in the key file, router.auth.api_key_file; docs/tenants.md)."
+        ),
     )
     deadlines: DeadlineConfig = Field(
         default_factory=DeadlineConfig, description="Per-stage timeouts (504 when missed)."

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
 
+from pdserve.names import RejectReason
 from pdserve.router.errors import OpenAIError
-
-RejectReason = Literal["router_inflight", "prefill_backlog", "decode_streams"]
 
 
 class AdmissionRejected(OpenAIError):

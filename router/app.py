@@ -5,7 +5,8 @@ lifespan, a thin adapter over preparing, orchestrating and observing requests.
 builds it once per replica. Per request: `RequestPreparer` validates and tokenizes,
 `Orchestrator` runs placement → prefill → decode, `RouterObserver` counts and times it;
 `CompletionHandler` (completions.py) turns their results into OpenAI JSON bodies, SSE streams
-and headers. Middleware, outermost first: arrival stamp (arrival.py) → API key 401 (auth.py) →
+and headers. Middleware, outermost first: arrival stamp (arrival.py) → API key 401 and the
+tenant's request limits 429 (auth.py) →
 body size 413 (body_limit.py) → in-flight bound 429 (inflight.py).
 """
 
@@ -21,12 +22,12 @@ from fastapi.responses import JSONResponse, Response
 
 from pdserve.router.admission import AdmissionRejected, RetryAfterAdvisor
 from pdserve.router.arrival import ArrivalStampMiddleware
-from pdserve.router.auth import ApiKeyMiddleware, ApiKeys
+from pdserve.router.auth import TENANT_STATE, TenantMiddleware, tenant_of
 from pdserve.router.body_limit import BodyLimitMiddleware
 from pdserve.router.completions import CompletionHandler
 from pdserve.router.errors import install_error_handlers
 from pdserve.router.headers import CONVERSATION_HEADER
-from pdserve.router.inflight import InflightGate
+from pdserve.router.inflight import GATED_PATHS, InflightGate
 from pdserve.router.loop_lag import LoopLagSampler, LoopLagTask
 from pdserve.router.observe import Endpoint, RouterObserver
 from pdserve.router.openai_models import ChatCompletionRequest, CompletionRequest
@@ -34,6 +35,8 @@ from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.replica_metrics import ReplicaMetricsAddress, ReplicaMetricsServer
 from pdserve.router.status import ClusterStatus
+from pdserve.router.tenants.directory import Tenant, TenantDirectory
+from pdserve.router.tenants.limits import TenantLimiter
 
 
 def build_app(
@@ -42,7 +45,8 @@ def build_app(
     observer: RouterObserver,
     status: ClusterStatus,
     *,
-    api_keys: ApiKeys | None = None,
+    tenants: TenantDirectory | None = None,
+    limiter: TenantLimiter | None = None,
     max_request_bytes: int = 8 << 20,
     sse_keepalive_s: float = 15.0,
     max_inflight_requests: int | None = None,
@@ -50,7 +54,8 @@ def build_app(
     report_prompt_cost: bool = True,
     replica_metrics: ReplicaMetricsAddress | None = None,
 ) -> FastAPI:
-    """The router's FastAPI app. `api_keys` None or empty: the API is open.
+    """The router's FastAPI app. `tenants` None or without keys: the API is open (one default
+    tenant). `limiter`: the tenants' limits (None: a fresh one on the monotonic clock).
     `allow_policy_override` enables the x-pdserve-policy header (local and benchmark
     deployments). `report_prompt_cost`: send the x-pdserve-prompt-cost header and the
     `pdserve_prompt_cost` usage field (router.prompt_cost.enabled). From the first request to
@@ -60,10 +65,13 @@ def build_app(
     app's /metrics."""
 
     loop_lag = LoopLagTask(LoopLagSampler(observer.metrics.event_loop_lag.observe))
-    keys = api_keys or ApiKeys(frozenset())
+    keys = tenants or TenantDirectory({})
+    limits = limiter or TenantLimiter(time.monotonic)
 
     async def render_metrics() -> bytes:
         observer.update_pool_gauges()
+        for tenant in keys.tenants:
+            observer.metrics.tenant_inflight.labels(tenant.name).set(limits.inflight(tenant))
         observer.update_conversation_gauges(preparer.conversations)
         if status.scaling is not None:
             observer.update_scaling(await status.scaling.current())
@@ -101,12 +109,25 @@ def build_app(
         observer.not_admitted(exc.reason)
         observer.rejected(endpoint, exc.status)
 
+    def tenant_refused(path: str, tenant: Tenant, exc: AdmissionRejected) -> None:
+        observer.tenant_rejected(tenant.name, exc.reason)
+        gate_refused(GATED_PATHS[path], exc)
+
+    def below_share(scope: Any, slots: int) -> bool:
+        tenant = scope.get("state", {}).get(TENANT_STATE)
+        return isinstance(tenant, Tenant) and limits.within_share(tenant, slots)
+
     # Outermost last: stamp the arrival, check the key, bound the body, bound the in-flight.
     app.add_middleware(
-        InflightGate, limit=max_inflight_requests, advisor=retry_advisor, on_refused=gate_refused
+        InflightGate,
+        limit=max_inflight_requests,
+        advisor=retry_advisor,
+        on_refused=gate_refused,
+        below_share=below_share if keys.enabled else None,
+        observe_refusal=lambda why, s: observer.metrics.refusal_seconds.labels(why).observe(s),
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
-    app.add_middleware(ApiKeyMiddleware, keys=keys)
+    app.add_middleware(TenantMiddleware, directory=keys, limiter=limits, on_refused=tenant_refused)
     app.add_middleware(ArrivalStampMiddleware, on_request=loop_lag.start)
     completions = CompletionHandler(
         preparer,
@@ -116,6 +137,7 @@ def build_app(
         sse_keepalive_s,
         retry_advisor,
         report_prompt_cost=report_prompt_cost,
+        limiter=limits,
     )
 
     @app.get("/health")
@@ -152,7 +174,10 @@ def build_app(
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         conversation, caller = _conversation_of(request)
         return await completions.handle(
-            "chat", request, lambda rid: preparer.prepare_chat(body, rid, conversation, caller)
+            "chat",
+            request,
+            lambda rid: preparer.prepare_chat(body, rid, conversation, caller),
+            tenant_of(request) or keys.default,
         )
 
     @app.post("/v1/completions")
@@ -162,6 +187,7 @@ def build_app(
             "completion",
             request,
             lambda rid: preparer.prepare_completion(body, rid, conversation, caller),
+            tenant_of(request) or keys.default,
         )
 
     return app

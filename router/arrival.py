@@ -34,3 +34,10 @@ class ArrivalStampMiddleware:
 def stamped_arrival_s(request: Request) -> float:
     """The request's arrival stamp (monotonic clock; now when it was not stamped)."""
     return float(request.scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic()))
+
+
+def scope_arrival_s(scope: Any) -> float | None:
+    """The arrival stamp of an ASGI `scope` (for middleware inside the stamp); None when it
+    was not stamped."""
+    stamp = scope.get("state", {}).get(ARRIVAL_KEY)
+    return None if stamp is None else float(stamp)

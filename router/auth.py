@@ -1,24 +1,37 @@
-"""API keys: which keys the router accepts, and the ASGI middleware that enforces them.
+"""The front door: which tenant sends a request, and its limits, before the body is read.
 
-`ApiKeys.load(config, environ)` runs once per router replica (keys are read at start: rotate
-by restarting the router). `ApiKeyMiddleware` checks every HTTP request before its body is
-read: routes under /v1/ (and /metrics when `protect_metrics`) need `Authorization: Bearer
-<key>` when any key is configured; /health and /ready never do. Keys never appear in logs,
-metrics or error bodies.
+`TenantMiddleware` (pure ASGI, installed by the app factory inside the arrival stamp) looks up
+the Authorization header's key in the `TenantDirectory` (router/tenants/directory.py): routes
+under /v1/ (and /metrics when `protect_metrics`) need `Authorization: Bearer <key>` when any
+key is configured (401 otherwise; /health and /ready never do). The tenant goes into the
+request's scope state (`tenant_of`). For completions and chats it then takes one request and a
+concurrency slot from the tenant's limits (`TenantLimiter.admit`: 429 with Retry-After), adds
+OpenAI's `x-ratelimit-*` headers to whatever the response is, and frees the slot when the
+response is over. Keys never appear in logs, metrics or error bodies.
 """
 
 from __future__ import annotations
 
-import hmac
-import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from pdserve.config import AuthConfig
+from fastapi import Request
+
+from pdserve.router.admission import AdmissionRejected
 from pdserve.router.errors import send_error
+from pdserve.router.tenants.directory import AuthConfigError, Tenant, TenantDirectory
+from pdserve.router.tenants.limits import TenantLimiter
+
+__all__ = ["CLIENT_KEY_ENV", "AuthConfigError", "TenantMiddleware", "client_headers", "tenant_of"]
 
 CLIENT_KEY_ENV = "PDSERVE_API_KEY"
 """Where pdserve's own clients (`pdserve bench`, `profile`, `top`) find the key to send."""
+
+TENANT_STATE = "pdserve_tenant"
+"""Scope state key of the request's `Tenant`."""
+
+LIMITED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+"""Paths a tenant's request limits apply to (POST)."""
 
 
 def client_headers(environ: Mapping[str, str]) -> dict[str, str]:
@@ -28,82 +41,75 @@ def client_headers(environ: Mapping[str, str]) -> dict[str, str]:
     return {"authorization": f"Bearer {keys[0]}"} if keys else {}
 
 
-class AuthConfigError(ValueError):
-    """The configured key file cannot be read; the message names it (never a key)."""
+def tenant_of(request: Request) -> Tenant | None:
+    """The tenant the front door found for this request (None: not behind it, e.g. tests)."""
+    tenant = request.scope.get("state", {}).get(TENANT_STATE)
+    return tenant if isinstance(tenant, Tenant) else None
 
 
-class ApiKeys:
-    """The accepted keys (an empty set: the API is open)."""
+class TenantMiddleware:
+    """401 for a missing or unknown key; 429 for a tenant over its request limits."""
 
-    def __init__(self, keys: frozenset[str], protect_metrics: bool = False):
-        self._keys = tuple(k.encode() for k in sorted(keys))
-        self.protect_metrics = protect_metrics
-
-    @classmethod
-    def load(cls, config: AuthConfig, environ: Mapping[str, str]) -> ApiKeys:
-        keys = {k.strip() for k in environ.get(config.api_key_env, "").split(",")}
-        if config.api_key_file is not None:
-            path = pathlib.Path(config.api_key_file).expanduser()
-            try:
-                lines = path.read_text().splitlines()
-            except OSError as exc:
-                raise AuthConfigError(
-                    f"router.auth.api_key_file {path} cannot be read: {exc.strerror}"
-                ) from exc
-            keys |= {ln.strip() for ln in lines if not ln.strip().startswith("#")}
-        keys.discard("")
-        return cls(frozenset(keys), config.protect_metrics)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._keys)
-
-    def accepts(self, authorization: str | None) -> bool:
-        """Whether an Authorization header value carries an accepted key. Compares in constant
-        time against every key (no early exit that would leak which prefix matched)."""
-        if not self._keys:
-            return True
-        if authorization is None:
-            return False
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return False
-        candidate = token.strip().encode()
-        ok = False
-        for key in self._keys:
-            ok |= hmac.compare_digest(candidate, key)
-        return ok
-
-    def guards(self, path: str) -> bool:
-        """Whether `path` needs a key."""
-        if not self._keys:
-            return False
-        return path.startswith("/v1/") or (self.protect_metrics and path == "/metrics")
-
-
-class ApiKeyMiddleware:
-    """Pure ASGI: answers 401 (OpenAI format, code invalid_api_key) before the app runs."""
-
-    def __init__(self, app: Any, keys: ApiKeys):
+    def __init__(
+        self,
+        app: Any,
+        directory: TenantDirectory,
+        limiter: TenantLimiter,
+        on_refused: Callable[[str, Tenant, AdmissionRejected], None],
+    ):
+        """`on_refused(path, tenant, rejection)` is called for each 429 sent here (metrics)."""
         self._app = app
-        self._keys = keys
+        self._directory = directory
+        self._limiter = limiter
+        self._on_refused = on_refused
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self._keys.guards(scope["path"]):
-            header = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    header = value.decode("latin-1")
-                    break
-            if not self._keys.accepts(header):
-                missing = header is None
-                message = (
-                    "Missing API key: send 'Authorization: Bearer <key>'."
-                    if missing
-                    else "Invalid API key, or a malformed Authorization header "
-                    "(expected 'Bearer <key>')."
-                )
-                extra = ((b"www-authenticate", b"Bearer"),)
-                await send_error(send, 401, message, "invalid_api_key", extra)
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        header = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value.decode("latin-1")
+                break
+        path = scope["path"]
+        tenant = self._directory.resolve(header)
+        if tenant is None:
+            if self._directory.guards(path):
+                await self._unauthorized(send, header is None)
                 return
-        await self._app(scope, receive, send)
+            tenant = self._directory.default  # an open route, an unknown caller
+        scope.setdefault("state", {})[TENANT_STATE] = tenant
+        if path not in LIMITED_PATHS or scope.get("method") != "POST":
+            await self._app(scope, receive, send)
+            return
+        limiter = self._limiter
+        try:
+            limiter.admit(tenant)
+        except AdmissionRejected as exc:
+            self._on_refused(path, tenant, exc)
+            headers = tuple((k.encode(), v.encode()) for k, v in exc.headers.items())
+            await send_error(
+                send, exc.status, exc.message, exc.code or "", headers + tuple(
+                    limiter.headers(tenant))
+            )  # fmt: skip
+            return
+
+        async def with_rate_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message["headers"], *limiter.headers(tenant)]}
+            await send(message)
+
+        try:
+            await self._app(scope, receive, with_rate_headers)
+        finally:
+            limiter.release(tenant)
+
+    @staticmethod
+    async def _unauthorized(send: Any, missing: bool) -> None:
+        message = (
+            "Missing API key: send 'Authorization: Bearer <key>'."
+            if missing
+            else "Invalid API key, or a malformed Authorization header (expected 'Bearer <key>')."
+        )
+        await send_error(send, 401, message, "invalid_api_key", ((b"www-authenticate", b"Bearer"),))

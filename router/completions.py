@@ -36,22 +36,29 @@ from pdserve.router.errors import (
 )
 from pdserve.router.headers import (
     DECISION_HEADER,
+    FAIR_SHARE_HEADER,
     KV_VERIFY_HEADER,
     POLICY_HEADER,
     PROMPT_COST_HEADER,
     REQUEST_ID_HEADER,
     SERVED_BY_HEADER,
+    TENANT_HEADER,
     TIMING_HEADER,
 )
 from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
 from pdserve.router.orchestrate import Generation, Orchestrator
 from pdserve.router.prepare import PreparedRequest, RequestPreparer
 from pdserve.router.responses import ResponseBuilder
+from pdserve.router.tenants.directory import Tenant
+from pdserve.router.tenants.limits import TenantLimiter, TenantRequestTooLarge
+from pdserve.tenant_config import DEFAULT_TENANT
 
 _DONE = "[DONE]"
-INLINE_PREPARE_MAX_BYTES = 16 << 10
-"""Request bodies up to this size are validated and tokenized on the event loop (cheaper
-than a thread hop); larger ones in the tokenizer thread."""
+INLINE_PREPARE_MAX_BYTES = 2 << 10
+"""Request bodies up to this size (a prompt of ~250 tokens) are tokenized on the event loop
+(cheaper than a thread hop); larger ones in the tokenizer thread. At 16 KiB, 1,500-token
+prompts (~2 ms each, ~20 ms on a contended CPU) were tokenized on the loop, and a flood's
+429s waited behind them (bench/RESULTS.md, "Overload")."""
 
 
 def _dumps(obj: Any) -> str:
@@ -72,7 +79,11 @@ class CompletionHandler:
         retry_advisor: RetryAfterAdvisor | None = None,
         *,
         report_prompt_cost: bool = True,
+        limiter: TenantLimiter | None = None,
     ):
+        """`limiter`: the tenants' limits (reserves each request's tokens once its prompt is
+        tokenized; None: a fresh one)."""
+        self._limiter = limiter or TenantLimiter(time.monotonic)
         self._preparer = preparer
         self._report_prompt_cost = report_prompt_cost
         self._retry_advisor = retry_advisor or RetryAfterAdvisor(time.monotonic)
@@ -84,13 +95,19 @@ class CompletionHandler:
         self._prepare_pool = ThreadPoolExecutor(1, thread_name_prefix="pdserve-tokenize")
 
     async def handle(
-        self, endpoint: Endpoint, request: Request, prepare: Callable[[str], PreparedRequest]
+        self,
+        endpoint: Endpoint,
+        request: Request,
+        prepare: Callable[[str], PreparedRequest],
+        tenant: Tenant | None = None,
     ) -> Response:
+        """Serve one request of `tenant` (None: the default tenant, without limits)."""
         arrival_s = stamped_arrival_s(request)
         rid = _request_id(request)
         setattr(request.state, REQUEST_ID_STATE, rid)  # for 5xx bodies
+        who = tenant or Tenant(DEFAULT_TENANT)
         try:
-            return await self._serve(endpoint, request, prepare, rid, arrival_s)
+            return await self._serve(endpoint, request, prepare, rid, arrival_s, who)
         except AdmissionRejected as exc:  # a chosen replica is past its bound
             exc.at_least(self._retry_advisor.retry_after_s())
             raise
@@ -102,6 +119,7 @@ class CompletionHandler:
         prepare: Callable[[str], PreparedRequest],
         rid: str,
         arrival_s: float,
+        tenant: Tenant,
     ) -> Response:
         try:
             if _content_length(request) > INLINE_PREPARE_MAX_BYTES:
@@ -113,8 +131,17 @@ class CompletionHandler:
                 prepared = prepare(rid)
             policy = self._policy_of(request)
             kv_verify = self._kv_verify_of(request)
+            fair_share = self._fair_share_of(request)
+            reserved = self._limiter.reserve_tokens(
+                tenant, len(prepared.prompt_token_ids), prepared.sampling.max_tokens
+            )
         except OpenAIError as exc:
-            self._observer.rejected(endpoint, exc.status)
+            if isinstance(exc, AdmissionRejected):
+                self._observer.not_admitted(exc.reason)
+                self._observer.tenant_rejected(tenant.name, exc.reason)
+            if isinstance(exc, AdmissionRejected | TenantRequestTooLarge):
+                self._limiter.refund_request(tenant)  # refused by its limits: not counted
+            self._observer.rejected(endpoint, exc.status, tenant.name)
             raise
         obs = self._observer.start(
             endpoint,
@@ -123,10 +150,14 @@ class CompletionHandler:
             arrival_s,
             prepared.layout,
             prepared.cache_break,
+            tenant=tenant.name,
         )
+        obs.on_end(lambda used: self._limiter.settle(tenant, reserved, used))
         created = int(time.time())
         with _ends(obs, request):
-            generation = await self._orchestrator.run(prepared, obs, policy, kv_verify)
+            generation = await self._orchestrator.run(
+                prepared, obs, policy, kv_verify, tenant=tenant, fair_share=fair_share
+            )
         builder = ResponseBuilder(
             kind=endpoint,
             request_id=prepared.request_id,
@@ -193,6 +224,10 @@ class CompletionHandler:
                 400, f"{header} must be one of {', '.join(allowed)}, got {value!r}", param=header
             )
         return value
+
+    def _fair_share_of(self, request: Request) -> bool | None:
+        value = self._override(request, FAIR_SHARE_HEADER, ("on", "off"))
+        return None if value is None else value == "on"
 
     def _kv_verify_of(self, request: Request) -> bool | None:
         value = self._override(request, KV_VERIFY_HEADER, ("on", "off"))
@@ -298,6 +333,7 @@ def _headers(obs: RequestObservation) -> dict[str, str]:
     Ray Serve's proxy already returns x-request-id: the same id as the timeline's."""
     t = obs.timeline
     headers = {
+        TENANT_HEADER: obs.tenant,
         TIMING_HEADER: _dumps(t.stages()),
         SERVED_BY_HEADER: _dumps(
             {"prefill": t.prefill_replica_id or None, "decode": t.decode_replica_id}

@@ -10,18 +10,18 @@ in — no module globals: the tokenizer (`RequestPreparer`), the replica view an
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import prometheus_client
 from fastapi import FastAPI
 
 from pdserve.autoscaling import store as scaling_store
-from pdserve.config import PdserveConfig
+from pdserve.config import PdserveConfig, RouterConfig
 from pdserve.kv_transfer.faults import FaultSwitch
 from pdserve.model_source import resolve_model
 from pdserve.names import PoolName
 from pdserve.router.app import build_app
-from pdserve.router.auth import ApiKeys
 from pdserve.router.context.breaks import ConversationTracker
 from pdserve.router.dispatch import RayServeDispatcher
 from pdserve.router.fault_hooks import HandoffSwapper
@@ -39,6 +39,9 @@ from pdserve.router.replica_metrics import ReplicaMetricsAddress
 from pdserve.router.replica_view import ReplicaSource, ReplicaView
 from pdserve.router.scaling import ScalingView
 from pdserve.router.status import ClusterStatus
+from pdserve.router.tenants.directory import TenantDirectory
+from pdserve.router.tenants.gate import TierGates
+from pdserve.router.tenants.limits import TenantLimiter
 from pdserve.router.tracing import RequestTracer
 from pdserve.serve_logs import log_to_serve
 
@@ -84,6 +87,10 @@ class Router:
         )
         self._preparer = RequestPreparer(self._config, renderer, conversations)
         faults = FaultSwitch.from_env()
+        self._directory = TenantDirectory.load(router.auth, os.environ)
+        # Each router replica enforces its share of every tenant limit (docs/tenants.md).
+        split = router.autoscaling.min_replicas if router.autoscaling else router.num_replicas
+        self._limiter = TenantLimiter(time.monotonic, split)
         self._orchestrator = Orchestrator(
             router,
             dispatcher,
@@ -91,6 +98,7 @@ class Router:
             aggregated=self._config.aggregated,
             kv_verify_fraction=self._config.kv_transfer.verify_fraction,
             handoff_swapper=HandoffSwapper(faults) if faults.armed else None,
+            gates=tier_gates(router, placer),
         )
         self._observer = RouterObserver(
             RouterMetrics(),
@@ -104,7 +112,6 @@ class Router:
         )
         scaling = ScalingView(self._config.app_name, elastic, scaling_store.read)
         self._status = ClusterStatus(placer, dispatcher, scaling)
-        self._api_keys = ApiKeys.load(router.auth, os.environ)
 
     def attach_request_router(self, pool: PoolName, source: ReplicaSource) -> None:
         """Called by PdserveRequestRouter when Ray Serve creates it in this process."""
@@ -121,7 +128,8 @@ class Router:
             self._orchestrator,
             self._observer,
             self._status,
-            api_keys=self._api_keys,
+            tenants=self._directory,
+            limiter=self._limiter,
             max_request_bytes=self._config.router.max_request_bytes,
             sse_keepalive_s=self._config.router.deadlines.sse_keepalive_seconds,
             max_inflight_requests=self._config.router.admission.max_inflight_requests,
@@ -131,3 +139,25 @@ class Router:
                 self._config.router.host, self._config.router.metrics_ports
             ),
         )
+
+
+def tier_gates(router: RouterConfig, placer: Placer) -> TierGates:
+    """The prefill and decode tiers' fair queues of one router replica, sized from the
+    healthy replicas in its view (router.tenants)."""
+    share = router.tenants
+    streams = share.decode_streams_per_replica or router.admission.max_decode_streams
+
+    def prefill_capacity_s() -> float:
+        return share.prefill_seconds_per_replica * max(1, placer.prefilling_replicas())
+
+    def decode_capacity() -> float:
+        assert streams is not None
+        return float(streams * max(1, placer.decode_replicas()))
+
+    return TierGates.build(
+        prefill_capacity_s,
+        decode_capacity if streams is not None else None,
+        time.monotonic,
+        share.max_queue_seconds,
+        share.max_queued_per_tenant,
+    )

@@ -25,3 +25,9 @@ compares it with that conversation's previous request; see router/context/breaks
 PROMPT_COST_HEADER = "x-pdserve-prompt-cost"
 """Response: the prompt's tokens by part, cached and computed, and the cache break if any
 (compact JSON, see router/context/cost.py)."""
+FAIR_SHARE_HEADER = "x-pdserve-fair-share"
+"""Request: `on` or `off`, queue this request in the tiers' fair queues or not, whatever
+router.tenants.fair_share says (only with router.allow_policy_override: `pdserve bench-tenants`
+compares both in one run)."""
+TENANT_HEADER = "x-pdserve-tenant"
+"""Response: the tenant the request's key belongs to (a name from the key file, never a key)."""

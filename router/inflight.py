@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pdserve.router.admission import AdmissionRejected, RetryAfterAdvisor, check_inflight
-from pdserve.router.errors import send_error
+from pdserve.router.arrival import scope_arrival_s
 from pdserve.router.observe import Endpoint
+from pdserve.router.refusal import RefusalObserver, refuse
 
 GATED_PATHS: dict[str, Endpoint] = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}
 """Paths the bound applies to, with their endpoint label."""
@@ -29,9 +30,19 @@ class InflightGate:
         limit: int | None,
         advisor: RetryAfterAdvisor,
         on_refused: Callable[[Endpoint, AdmissionRejected], None],
+        below_share: Callable[[Any, int], bool] | None = None,
+        observe_refusal: RefusalObserver | None = None,
     ):
         """`on_refused(endpoint, rejection)` is called for each request this gate refuses
-        (metrics); `limit` None: no bound, only the advisor's bookkeeping."""
+        (metrics); `limit` None: no bound, only the advisor's bookkeeping.
+        `below_share(scope, limit)`: whether the request's tenant holds no more than its
+        weighted share of the bound (router/tenants/limits.py); such a request is admitted
+        even when the router is full, so one busy tenant cannot hold every slot. None: the
+        bound is first come, first served.
+        `observe_refusal(reason, seconds)`: each refusal's time from arrival to its 429's
+        response start (router/refusal.py); None: not timed."""
+        self._observe_refusal = observe_refusal
+        self._below_share = below_share
         self._app = app
         self._limit = limit
         self._advisor = advisor
@@ -44,13 +55,14 @@ class InflightGate:
             await self._app(scope, receive, send)
             return
         try:
-            check_inflight(self.inflight, self._limit)
+            share = self._below_share
+            if self._limit is None or share is None or not share(scope, self._limit):
+                check_inflight(self.inflight, self._limit)
         except AdmissionRejected as exc:
             self._advisor.refused()
             exc.at_least(self._advisor.retry_after_s())
             self._on_refused(endpoint, exc)
-            headers = tuple((k.encode(), v.encode()) for k, v in exc.headers.items())
-            await send_error(send, exc.status, exc.message, exc.code or "", headers)
+            await refuse(send, exc, scope_arrival_s(scope), self._observe_refusal)
             return
         status = 0
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from pdserve.names import RejectReason
+
 MetricType = Literal["counter", "gauge", "histogram"]
 MetricScope = Literal["router", "cluster"]
 """Whose value a series is, when several router replicas export it (docs/several-routers.md):
@@ -24,7 +26,7 @@ MetricScope = Literal["router", "cluster"]
 INPUT_BUCKETS = ("0-256", "256-1k", "1k-4k", "4k-16k", "16k+")
 DecisionLabel = Literal["remote_prefill", "local_prefill", "none"]
 DECISIONS: tuple[DecisionLabel, ...] = get_args(DecisionLabel)
-REJECT_REASONS = ("router_inflight", "prefill_backlog", "decode_streams")
+REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         "pdserve_requests_rejected",
         "counter",
         "Requests refused by admission control (429), by the bound they hit.",
+        ("reason",),
+    ),
+    MetricSpec(
+        "pdserve_router_refusal_seconds",
+        "histogram",
+        "What a refusal made before the body is read costs (router/refusal.py): seconds from "
+        "the request's arrival at the router's ASGI app to its 429's response start, by the "
+        "bound that refused it. A slow refusal waited on a busy event loop.",
         ("reason",),
     ),
     MetricSpec(
@@ -276,7 +286,69 @@ CATALOG: tuple[MetricSpec, ...] = (
         "request of the replica, could run nothing (a blocking call, a full garbage "
         "collection, a starved CPU).",
     ),
+    # ---- per tenant (docs/tenants.md): `tenant` values are key-file names only -----------
+    MetricSpec(
+        "pdserve_tenant_requests",
+        "counter",
+        "Requests of each tenant answered by this router, by HTTP status (429s included).",
+        ("tenant", "status"),
+    ),
+    MetricSpec(
+        "pdserve_tenant_rejected",
+        "counter",
+        "A tenant's requests refused with 429, by reason: its own limits "
+        "(tenant_requests_per_minute, tenant_tokens_per_minute, tenant_concurrency), its tier "
+        "queues (fair_queue_full, fair_queue_timeout) or a replica bound at placement.",
+        ("tenant", "reason"),
+    ),
+    MetricSpec(
+        "pdserve_tenant_tokens",
+        "counter",
+        "A tenant's tokens: prompt (every prompt token served), cached (of those, found in a "
+        "prefix cache) and output (generated).",
+        ("tenant", "kind"),
+    ),
+    MetricSpec(
+        "pdserve_tenant_prefill_seconds",
+        "counter",
+        "Prefill time the engines reported for a tenant's prompts (scheduled to first token "
+        "on the engine that prefilled: the prefill replica, or decode for a local prefill).",
+        ("tenant",),
+    ),
+    MetricSpec(
+        "pdserve_tenant_decode_kv_block_seconds",
+        "counter",
+        "KV block-seconds a tenant's streams held on decode: from first to last token, the "
+        "prompt's blocks plus the output's blocks (counted as growing linearly).",
+        ("tenant",),
+    ),
+    MetricSpec(
+        "pdserve_tenant_time_to_first_token_seconds",
+        "histogram",
+        "Time to first token of a tenant's completed requests, at the router.",
+        ("tenant",),
+    ),
+    MetricSpec(
+        "pdserve_tenant_inter_token_latency_seconds",
+        "histogram",
+        "Inter-token latency of a tenant's completed streams, at the router.",
+        ("tenant",),
+    ),
+    MetricSpec(
+        "pdserve_tenant_queue_wait_seconds",
+        "histogram",
+        "How long a tenant's requests waited in a tier's fair queue (0 when the tier had "
+        "room; router.tenants).",
+        ("tenant", "tier"),
+    ),
+    MetricSpec(
+        "pdserve_tenant_inflight_requests",
+        "gauge",
+        "A tenant's requests in flight on this router (streams count until they end).",
+        ("tenant",),
+    ),
 )
+TENANT_TOKEN_KINDS = ("prompt", "cached", "output")
 
 
 def input_bucket(num_prompt_tokens: int) -> str:

@@ -23,6 +23,7 @@ class RouterMetrics:
         }
         self.requests: Counter = made["pdserve_requests"]  # type: ignore[assignment]
         self.rejected: Counter = made["pdserve_requests_rejected"]  # type: ignore[assignment]
+        self.refusal_seconds: Histogram = made["pdserve_router_refusal_seconds"]  # type: ignore[assignment]
         self.fallbacks: Counter = made["pdserve_fallbacks"]  # type: ignore[assignment]
         self.kv_transfers: Counter = made["pdserve_kv_transfers"]  # type: ignore[assignment]
         self.kv_transfer_failures: Counter = made["pdserve_kv_transfer_failures"]  # type: ignore[assignment]
@@ -52,6 +53,15 @@ class RouterMetrics:
         self.scaling_target: Gauge = made["pdserve_pool_scaling_target"]  # type: ignore[assignment]
         self.scale_events: Counter = made["pdserve_pool_scale_events"]  # type: ignore[assignment]
         self.event_loop_lag: Histogram = made["pdserve_router_event_loop_lag_seconds"]  # type: ignore[assignment]
+        self.tenant_requests: Counter = made["pdserve_tenant_requests"]  # type: ignore[assignment]
+        self.tenant_rejected: Counter = made["pdserve_tenant_rejected"]  # type: ignore[assignment]
+        self.tenant_tokens: Counter = made["pdserve_tenant_tokens"]  # type: ignore[assignment]
+        self.tenant_prefill_seconds: Counter = made["pdserve_tenant_prefill_seconds"]  # type: ignore[assignment]
+        self.tenant_kv_block_seconds: Counter = made["pdserve_tenant_decode_kv_block_seconds"]  # type: ignore[assignment]
+        self.tenant_ttft: Histogram = made["pdserve_tenant_time_to_first_token_seconds"]  # type: ignore[assignment]
+        self.tenant_itl: Histogram = made["pdserve_tenant_inter_token_latency_seconds"]  # type: ignore[assignment]
+        self.tenant_queue_wait: Histogram = made["pdserve_tenant_queue_wait_seconds"]  # type: ignore[assignment]
+        self.tenant_inflight: Gauge = made["pdserve_tenant_inflight_requests"]  # type: ignore[assignment]
 
     def _make(self, spec: MetricSpec) -> Counter | Gauge | Histogram:
         labels = list(spec.labels)

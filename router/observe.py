@@ -5,7 +5,7 @@ one `RequestObservation` per accepted request (`start`), or reports a request it
 before that (`rejected`). The orchestrator calls the observation at named points of the
 request's path, in this order (points in brackets are skipped on some paths):
 
-    placed → dispatched → [prefill_ended → prefill_returned] → decode_sent
+    [holds] → placed → dispatched → [prefill_returned → prefill_ended] → decode_sent
            → first_token → delivered (per chunk) → [stream_completed] → decode_ended
 
 (`failed` at the point where a request fails), and the HTTP layer closes it with
@@ -16,6 +16,7 @@ which exports in the background.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -30,8 +31,10 @@ from pdserve.router.metric_catalog import DecisionLabel, input_bucket
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.placement import Placer
 from pdserve.router.policy.types import Decision
+from pdserve.router.tenants.gate import Pass
 from pdserve.router.timeline import Timeline
 from pdserve.router.tracing import RequestTracer
+from pdserve.tenant_config import DEFAULT_TENANT
 
 Endpoint = Literal["chat", "completion"]
 FailurePoint = Literal[
@@ -59,8 +62,14 @@ class RequestObservation:
         arrival_s: float,
         layout: PromptLayout | None = None,
         cache_break: CacheBreak | None = None,
+        tenant: str = DEFAULT_TENANT,
     ):
         self._owner = owner
+        self.tenant = tenant
+        """The tenant's name (a bounded label: names come from the key file only)."""
+        self._on_end: list[Callable[[int], None]] = []
+        self._prefill_pass: Pass | None = None
+        self._decode_pass: Pass | None = None
         self._layout = layout
         self._cache_break = cache_break
         self.prompt_cost: PromptCost | None = None
@@ -93,6 +102,31 @@ class RequestObservation:
             return "none"
         return "local_prefill" if self.timeline.local_prefill else "remote_prefill"
 
+    def on_end(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(tokens used)` when the request ends: its prompt tokens once it was
+        dispatched to an engine, plus the tokens it generated (settles the tenant's tokens)."""
+        self._on_end.append(callback)
+
+    def holds(self, prefill: Pass | None, decode: Pass | None) -> None:
+        """The request holds these tier passes (router/tenants/gate.py): the prefill pass is
+        left when the prefill ends (with its measured engine seconds), the decode pass when
+        the decode stream ends."""
+        self._prefill_pass = prefill
+        self._decode_pass = decode
+        m = self._owner.metrics
+        for tier, held in (("prefill", prefill), ("decode", decode)):
+            if held is not None:
+                m.tenant_queue_wait.labels(self.tenant, tier).observe(held.waited_s)
+
+    def measured_prefill_s(self) -> float | None:
+        """The engine-reported prefill time (scheduled → first token on the engine that
+        prefilled: the prefill engine, or decode for a local prefill); None until known."""
+        t = self.timeline
+        engine = t.decode_engine if t.local_prefill else t.prefill_engine
+        if engine is None:
+            return None
+        return max(0.0, engine.first_token_s - engine.scheduled_s)
+
     # ---- the named points, in path order -----------------------------------------------
 
     def placed(self, decision: Decision | None) -> None:
@@ -120,9 +154,15 @@ class RequestObservation:
         """The prefill is no longer outstanding work (finished, failed or abandoned): tell
         the placer. Idempotent. Remote: when the prefill call returns or fails; local: at the
         first token, or when the decode stream ends without one."""
+        if self._prefill_pass is not None:
+            held, self._prefill_pass = self._prefill_pass, None
+            held.leave(self.measured_prefill_s())
         if not self._prefill_open:
             return
         self._prefill_open = False
+        measured = self.measured_prefill_s()
+        if measured is not None:
+            self._owner.metrics.tenant_prefill_seconds.labels(self.tenant).inc(measured)
         placer = self._owner.placer
         if placer is not None:
             placer.prefill_done(self.decision, self.placement_id)
@@ -170,6 +210,8 @@ class RequestObservation:
             # the engine counts those as transfer failures).
             m.kv_transfers.inc()
         m.cached_prompt_tokens.inc(self._num_cached_tokens or 0)
+        m.tenant_tokens.labels(self.tenant, "prompt").inc(self._num_prompt_tokens)
+        m.tenant_tokens.labels(self.tenant, "cached").inc(self._num_cached_tokens or 0)
         cost = prompt_cost(
             self._num_prompt_tokens, self._num_cached_tokens or 0, self._layout, self._cache_break
         )
@@ -190,7 +232,7 @@ class RequestObservation:
     def stream_completed(self) -> None:
         """The decode stream ended normally: observe the latency histograms and trace."""
         self.timeline.last_token_s = self._owner.clock()
-        self._owner.record_latencies(self.timeline, self._num_prompt_tokens)
+        self._owner.record_latencies(self.timeline, self._num_prompt_tokens, self.tenant)
         if self._owner.tracer is not None:
             self._owner.tracer.record(
                 self.timeline,
@@ -205,6 +247,9 @@ class RequestObservation:
         """The decode stream is over, normally or not (a local prefill that never produced a
         token is no longer outstanding; the decode replica has one stream less)."""
         self.prefill_ended()
+        if self._decode_pass is not None:
+            held, self._decode_pass = self._decode_pass, None
+            held.leave()
         placer = self._owner.placer
         if placer is not None:
             placer.decode_done(self.placement_id)
@@ -212,6 +257,7 @@ class RequestObservation:
     def not_admitted(self, reason: str) -> None:
         """Admission control refused the request (it then ends with 429)."""
         self._owner.not_admitted(reason)
+        self._owner.tenant_rejected(self.tenant, reason)
 
     def failed(self, point: FailurePoint, error: BaseException) -> None:
         """The request failed at `point` (the error then propagates to the HTTP layer)."""
@@ -225,7 +271,15 @@ class RequestObservation:
             return
         self._ended = True
         self.decode_ended()
-        self._owner.metrics.requests.labels(self.endpoint, self.decision_label, str(status)).inc()
+        m = self._owner.metrics
+        m.requests.labels(self.endpoint, self.decision_label, str(status)).inc()
+        m.tenant_requests.labels(self.tenant, str(status)).inc()
+        generated = sum(n for _, n in self.timeline.deliveries)
+        prompt = self._num_prompt_tokens if self.timeline.prefill_dispatched_s is not None else 0
+        m.tenant_tokens.labels(self.tenant, "output").inc(generated)
+        self._owner.record_kv_block_seconds(self.tenant, self.timeline, prompt, generated)
+        for callback in self._on_end:
+            callback(prompt + generated)
 
 
 class RouterObserver:
@@ -254,23 +308,48 @@ class RouterObserver:
         arrival_s: float,
         layout: PromptLayout | None = None,
         cache_break: CacheBreak | None = None,
+        *,
+        tenant: str = DEFAULT_TENANT,
     ) -> RequestObservation:
         """Open the observation of an accepted (validated) request; count its cache break."""
         if cache_break is not None:
             self.metrics.cache_breaks.labels(cache_break.part).inc()
         return RequestObservation(
-            self, endpoint, request_id, placement_id, arrival_s, layout, cache_break
+            self, endpoint, request_id, placement_id, arrival_s, layout, cache_break, tenant
         )
 
-    def rejected(self, endpoint: Endpoint, status: int) -> None:
-        """A request refused before it was accepted (validation, policy header, admission)."""
+    def rejected(self, endpoint: Endpoint, status: int, tenant: str | None = None) -> None:
+        """A request refused before it was accepted (validation, policy header, admission);
+        `tenant` None: the refusal came before the tenant was known or is counted elsewhere."""
         self.metrics.requests.labels(endpoint, "none", str(status)).inc()
+        if tenant is not None:
+            self.metrics.tenant_requests.labels(tenant, str(status)).inc()
 
     def not_admitted(self, reason: str) -> None:
         """A request refused by admission control (429), by the bound it hit."""
         self.metrics.rejected.labels(reason).inc()
 
-    def record_latencies(self, timeline: Timeline, num_prompt: int) -> None:
+    def tenant_rejected(self, tenant: str, reason: str) -> None:
+        """A tenant's request refused with 429 (its limits, its queue, or a router bound)."""
+        self.metrics.tenant_rejected.labels(tenant, reason).inc()
+
+    def record_kv_block_seconds(
+        self, tenant: str, timeline: Timeline, num_prompt: int, num_generated: int
+    ) -> None:
+        """Count the KV block-seconds a finished stream held on its decode replica: from its
+        first token to its end, the prompt's blocks plus its output's blocks growing linearly
+        (block size: the engines')."""
+        if timeline.first_token_s is None or self.placer is None:
+            return
+        end_s = timeline.last_token_s
+        if end_s is None:
+            end_s = timeline.deliveries[-1][0] if timeline.deliveries else timeline.first_token_s
+        held_s = max(0.0, end_s - timeline.first_token_s)
+        block = max(1, self.placer.view.block_size_tokens)
+        blocks = math.ceil(num_prompt / block) + num_generated / block / 2
+        self.metrics.tenant_kv_block_seconds.labels(tenant).inc(blocks * held_s)
+
+    def record_latencies(self, timeline: Timeline, num_prompt: int, tenant: str) -> None:
         """Observe a completed request's latency histograms."""
         m = self.metrics
         bucket = input_bucket(num_prompt)
@@ -279,6 +358,7 @@ class RouterObserver:
         ttft, e2e = timeline.ttft_s(), timeline.e2e_s()
         if ttft is not None:
             m.ttft.labels(bucket, decision).observe(ttft)
+            m.tenant_ttft.labels(tenant).observe(ttft)
         if e2e is not None:
             m.e2e.labels(bucket, decision).observe(e2e)
         m.queue_time.labels("prefill").observe(
@@ -288,8 +368,10 @@ class RouterObserver:
             m.prefill_time.labels(bucket, decision).observe(stages["prefill"])
         if not timeline.local_prefill:
             m.kv_wait_seconds.observe(stages.get("kv_transfer", 0.0))
+        tenant_itl = m.tenant_itl.labels(tenant)
         for gap in timeline.inter_token_s():
             m.itl.observe(gap)
+            tenant_itl.observe(gap)
 
     def update_conversation_gauges(self, conversations: ConversationTracker | None) -> None:
         """Refresh the cache-break detector's state gauges (called at each scrape)."""

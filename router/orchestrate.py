@@ -54,6 +54,8 @@ from pdserve.router.observe import FallbackReason, RequestObservation
 from pdserve.router.placement import Placer
 from pdserve.router.policy.types import Decision, NoReplicaError
 from pdserve.router.prepare import PreparedRequest
+from pdserve.router.tenants.directory import Tenant
+from pdserve.router.tenants.gate import TierGates
 
 HEALTH_POLL_S = 0.5
 """How often a waiting prefill call checks that its replica is still healthy."""
@@ -144,13 +146,17 @@ class Orchestrator:
         kv_verify_fraction: float = 1.0,
         rng: random.Random | None = None,
         handoff_swapper: HandoffSwapper | None = None,
+        gates: TierGates | None = None,
     ):
         """`clock` is the router's monotonic clock (the one request arrivals are stamped
         with); deadlines count from arrival on it. `aggregated`: there is no prefill pool,
         so every request prefills on its decode replica (also before the placer is ready).
         `kv_verify_fraction`: the share of remote prefills whose handoff the engines check
         (kv_transfer.verify), drawn from `rng`. `handoff_swapper`: the swap_handoffs fault
-        hook (tests only; pdserve.router.fault_hooks)."""
+        hook (tests only; pdserve.router.fault_hooks). `gates`: the tiers' fair queues
+        (router/tenants/gate.py; None: no queues, tiers are first come, first served)."""
+        self._gates = gates
+        self._fair_share = router.tenants.fair_share
         self._kv_verify_fraction = kv_verify_fraction
         self._rng = rng or random.Random()
         self._handoff_swapper = handoff_swapper
@@ -169,12 +175,22 @@ class Orchestrator:
         obs: RequestObservation,
         policy: PolicyName | None,
         kv_verify: bool | None = None,
+        *,
+        tenant: Tenant | None = None,
+        fair_share: bool | None = None,
     ) -> Generation:
         """Place the request, prefill it (remotely, or locally on decode) and return the
         decode stream. `policy` overrides the configured routing policy for this request,
-        `kv_verify` the kv_transfer.verify setting (None: the setting decides).
-        Raises at `placement` or `prefill` (see the module docstring)."""
+        `kv_verify` the kv_transfer.verify setting, `fair_share` router.tenants.fair_share
+        (None: the settings decide). With fair sharing the request first waits its turn in
+        the decode tier's queue (a stream slot), then the prefill tier's (its predicted
+        prefill seconds), as `tenant` (None: not queued); it holds both until its prefill,
+        and its stream, end. Raises at `placement` or `prefill` (see the module docstring),
+        or AdmissionRejected (429) from a tier queue."""
         deadlines = RequestDeadlines(self._deadlines, obs.timeline.arrival_s, self._clock)
+        share = self._fair_share if fair_share is None else fair_share
+        if share and tenant is not None and self._gates is not None:
+            await self._enter_tiers(self._gates, prepared, obs, tenant)
         decision = self._place(prepared, policy, obs)
         obs.placed(decision)
         interval = self._stream_batch_interval_s
@@ -193,7 +209,6 @@ class Orchestrator:
             request = decode_request(prepared, decision, None, interval)
             chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
             return Generation(num_prompt, chunks)
-        obs.prefill_returned(result)
         handoff = result.handoff
         if self._handoff_swapper is not None:
             handoff = await self._handoff_swapper.exchange(handoff)
@@ -202,6 +217,32 @@ class Orchestrator:
         )
         chunks = self._decode_with_fallback(request, obs, deadlines, prepared.stream)
         return Generation(result.num_prompt_tokens, chunks)
+
+    async def _enter_tiers(
+        self, gates: TierGates, prepared: PreparedRequest, obs: RequestObservation, tenant: Tenant
+    ) -> None:
+        """Wait for a decode stream slot, then for the prefill tier (router/tenants/gate.py);
+        the observation leaves them when the prefill and the stream end."""
+        decode = None
+        try:
+            if gates.decode is not None:
+                decode = await gates.decode.enter(tenant, 1.0, prepared.priority)
+            cost_s = (
+                self._placer.estimate_prefill_s(prepared.prompt_token_ids)
+                if self._placer is not None
+                else 0.0
+            )
+            prefill = await gates.prefill.enter(tenant, cost_s, prepared.priority)
+        except AdmissionRejected as exc:
+            obs.not_admitted(exc.reason)
+            if decode is not None:
+                decode.leave()
+            raise
+        except BaseException:
+            if decode is not None:
+                decode.leave()
+            raise
+        obs.holds(prefill, decode)
 
     def _verify(self, override: bool | None) -> bool:
         """Whether this remote prefill's handoff is checked."""
@@ -338,9 +379,11 @@ class Orchestrator:
         as the router's view marks its replica unhealthy (a frozen engine never answers)."""
         try:
             async with asyncio.timeout(budget.seconds):
-                return await self._while_healthy(
+                result = await self._while_healthy(
                     "prefill", request.target_replica_id, self._dispatcher.prefill(request)
                 )
+            obs.prefill_returned(result)
+            return result
         except TimeoutError as exc:
             obs.failed("prefill", exc)
             raise OpenAIError(504, budget.message(), code=budget.code) from exc

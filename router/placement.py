@@ -116,6 +116,29 @@ class Placer:
         self._view.index.on_routed(decision.decode_replica_id, summary.block_hashes)
         return decision
 
+    def estimate_prefill_s(self, prompt_token_ids: list[int]) -> float:
+        """Predicted prefill seconds of a prompt before it is placed (cost model), its
+        cached prefix taken as the longest any replica holds (none before the view is
+        ready). What the prefill tier's fair queue charges a request."""
+        n = len(prompt_token_ids)
+        cost = self._policy.config.cost_model
+        block_size = self._view.block_size_tokens
+        if not self._view.ready or block_size <= 0:
+            return cost.est_prefill_s(n, 0)
+        depths = self._view.index.prefix_depths(block_hashes(prompt_token_ids, block_size))
+        cached = min(n - 1, int(depths.max()) * block_size) if len(depths) and n else 0
+        return cost.est_prefill_s(n - cached, cached)
+
+    def prefilling_replicas(self) -> int:
+        """Healthy replicas that prefill prompts (the prefill pool; decode when aggregated)."""
+        self._view.refresh(self._clock())
+        return self._view.healthy_count("decode" if self._aggregated else "prefill")
+
+    def decode_replicas(self) -> int:
+        """Healthy decode replicas."""
+        self._view.refresh(self._clock())
+        return self._view.healthy_count("decode")
+
     def _admit(self, decision: Decision) -> None:
         """Raise AdmissionRejected (429) when a chosen replica is past its bound."""
         limits = self._admission

@@ -38,6 +38,7 @@ class ReplicaView:
         self._last_stats: dict[str, dict[str, Any]] = {}  # replica id -> its last report
         self._sources: dict[PoolName, ReplicaSource] = {}
         self._snapshots: dict[PoolName, list[ReplicaSnapshot]] = {"prefill": [], "decode": []}
+        self._healthy: dict[PoolName, int] = {"prefill": 0, "decode": 0}
         self._subscribers: dict[str, KVEventSubscriber] = {}
         self._capacity: dict[str, int] = {}  # replica id -> KV blocks given to the index
         self._block_size = 0
@@ -71,6 +72,10 @@ class ReplicaView:
 
     def snapshots(self, pool: PoolName) -> list[ReplicaSnapshot]:
         return self._snapshots[pool]
+
+    def healthy_count(self, pool: PoolName) -> int:
+        """Healthy replicas of `pool` at the last refresh."""
+        return self._healthy[pool]
 
     def reports(self, pool: PoolName) -> list[tuple[str, dict[str, Any]]]:
         """(replica id, its last routing stats) of each healthy replica of `pool`."""
@@ -138,6 +143,7 @@ class ReplicaView:
                 else:  # dead or frozen engine: its cached blocks are no reason to route there
                     self._forget(replica_id)
             self._snapshots[pool] = snaps
+            self._healthy[pool] = sum(1 for s in snaps if s.healthy)
         for gone in (set(self._subscribers) | set(self._last_stats)) - alive:
             self._forget(gone)
             self._last_stats.pop(gone, None)

@@ -20,6 +20,7 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.config \
   -m pdserve.pool_config \
   -m pdserve.router_config \
+  -m pdserve.tenant_config \
   -m pdserve.names \
   -m pdserve.messages \
   -m pdserve.model_source \

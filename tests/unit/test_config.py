@@ -166,3 +166,14 @@ def test_aggregated_and_core_layout_errors_name_the_fix(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(fragment)):
         parse_config(data)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "deploy" / "keys").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_shipped_tenant_key_files_validate(path: pathlib.Path) -> None:
+    import yaml
+
+    from pdserve.tenant_config import TenantFile
+
+    TenantFile.model_validate(yaml.safe_load(path.read_text()))

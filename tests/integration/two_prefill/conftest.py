@@ -1,7 +1,8 @@
-"""A second cluster, 2 prefill + 1 decode (deploy/local-2p1d.yaml) started with an API key, for
-this package's tests: routing between prefill replicas, and faults in their engines. Started
-once for the package and stopped after it; `down` must then leave nothing behind, even after
-the engines the fault tests killed."""
+"""A second cluster, 2 prefill + 1 decode (deploy/local-2p1d.yaml) started with an API key (the
+default tenant's) and a tenant key file of two more tenants, for this package's tests: routing
+between prefill replicas, tenants, and faults in their engines. Started once for the package
+and stopped after it; `down` must then leave nothing behind, even after the engines the fault
+tests killed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.integration.two_prefill.settings import (
     RAY_METRICS_PORT_2P1D,
     RAY_PORT_2P1D,
     ROUTER_PORT_2P1D,
+    TENANT_FILE,
 )
 
 PREFILL_UNRESPONSIVE_S = 15
@@ -27,7 +29,12 @@ stopped for a second or two, well under it."""
 def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # After the engine kills of test_faults: `down` must still leave nothing behind.
     ports = (ROUTER_PORT_2P1D, RAY_PORT_2P1D, RAY_METRICS_PORT_2P1D)
-    overrides = {"prefill": {"unresponsive_after_seconds": PREFILL_UNRESPONSIVE_S}}
+    key_file = tmp_path_factory.mktemp("tenants") / "keys.yaml"
+    key_file.write_text(TENANT_FILE)
+    overrides = {
+        "prefill": {"unresponsive_after_seconds": PREFILL_UNRESPONSIVE_S},
+        "router": {"auth": {"api_key_file": str(key_file)}},
+    }
     yield from package_cluster(
         tmp_path_factory, "local-2p1d.yaml", ports, api_key=API_KEY, overrides=overrides
     )

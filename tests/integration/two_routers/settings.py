@@ -9,3 +9,14 @@ RAY_PORT_2R = 6392
 RAY_METRICS_PORT_2R = 8083
 NUM_ROUTERS = 2
 METRICS_PORTS_2R = range(14610, 14610 + NUM_ROUTERS)
+API_KEY_2R = "sk-pdserve-two-routers-3a7c"
+"""PDSERVE_API_KEY: the default tenant's key."""
+SPLIT_KEY = "sk-pdserve-split-5d19"
+SPLIT_RPM = 4
+"""Tenant `split`'s requests per minute: each of the two routers enforces half."""
+TENANT_FILE_2R = f"""
+tenants:
+  - name: split
+    keys: [{SPLIT_KEY}]
+    limits: {{requests_per_minute: {SPLIT_RPM}}}
+"""

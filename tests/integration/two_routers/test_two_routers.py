@@ -19,10 +19,15 @@ import httpx
 import openai
 import psutil
 
-from pdserve.top.scrape import SampleKey, parse_metrics, total
+from pdserve.top.scrape import SampleKey, parse_metrics, sum_by, total
 from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
-from tests.integration.two_routers.settings import METRICS_PORTS_2R, NUM_ROUTERS
+from tests.integration.two_routers.settings import (
+    METRICS_PORTS_2R,
+    NUM_ROUTERS,
+    SPLIT_KEY,
+    SPLIT_RPM,
+)
 
 MODEL = "pdserve-demo"
 STEPS = 6
@@ -76,6 +81,38 @@ def test_per_router_metrics_add_up_to_the_requests_sent(routers_cluster: Cluster
     served = {port: after[port] - before[port] for port in before}
     print(f"requests served per router replica (by metrics port): {served}")
     assert sum(served.values()) == num_requests
+
+
+def _split_answers(samples: Mapping[SampleKey, float]) -> float:
+    """Answers to tenant `split` in one router replica's samples (every status)."""
+    by = sum_by(samples, "pdserve_tenant_requests_total", ("tenant",))
+    return by.get(("split",), 0.0)
+
+
+def test_each_router_enforces_its_share_of_a_tenants_limit(routers_cluster: Cluster) -> None:
+    """docs/tenants.md: with N routers each enforces limit / N (the headers say so); the
+    tenant's answers are counted per router and add up to what it sent."""
+    split = openai.OpenAI(
+        base_url=f"{routers_cluster.url}/v1", api_key=SPLIT_KEY, max_retries=0, timeout=60
+    )
+    before = {port: _split_answers(s) for port, s in _per_router().items()}
+    statuses = []
+    for i in range(SPLIT_RPM):
+        try:
+            raw = split.completions.with_raw_response.create(
+                model=MODEL, prompt=text_of_words(20, salt=8100 + i), max_tokens=2
+            )
+            headers, status = raw.headers, raw.status_code
+        except openai.RateLimitError as exc:  # one router got more than its half
+            headers, status = exc.response.headers, 429
+        statuses.append(status)
+        assert headers["x-pdserve-tenant"] == "split"
+        assert headers["x-ratelimit-limit-requests"] == str(SPLIT_RPM // NUM_ROUTERS)
+    after = {port: _split_answers(s) for port, s in _per_router().items()}
+    answered = {port: after[port] - before[port] for port in before}
+    print(f"tenant split's answers per router replica: {answered}, statuses {statuses}")
+    assert sum(answered.values()) == SPLIT_RPM
+    assert statuses.count(200) >= SPLIT_RPM // NUM_ROUTERS
 
 
 def _agent_loop(client: openai.OpenAI, nonce: str, stamped: bool) -> list[dict[str, Any]]:

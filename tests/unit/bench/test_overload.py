@@ -69,3 +69,29 @@ def test_requests_that_gave_up_fail_the_served_check() -> None:
     report = _report([_ok(0.2)], [_ok(0.2)], unfinished=2)
     served = next(c for c in report.checks if c.name == "every request served")
     assert not served.passed and "2 requests" in served.detail
+
+
+def test_429s_are_compared_with_the_health_probes_of_the_same_level() -> None:
+    over = [_ok(0.2)] + [_rejected(s) for s in (0.01, 0.02, 0.03, 0.04, 0.05)]
+    cheap = (0.02, 0.03, 0.03, 0.04)
+    levels = [
+        LevelOutcome(8, 1, (_ok(0.2),), 2.0, health_s=cheap),
+        LevelOutcome(80, 1, tuple(over), 4.0, health_s=(*cheap, None)),
+    ]
+    report = build_overload_report("http://x", "m", {}, levels, 1.0, 2.0)
+    base, lv = report.levels
+    assert base.reject_to_health_p95_ratio is None  # no 429s at the first level
+    assert (lv.num_health_probes, lv.num_health_failed) == (5, 1)
+    assert abs(lv.reject_latency_p95_s - 0.048) < 1e-9
+    assert abs(lv.health_latency_p95_s - 0.0385) < 1e-9
+    assert abs(lv.reject_to_health_p95_ratio - 0.048 / 0.0385) < 1e-9
+    check = next(c for c in report.checks if c.name.startswith("429 as cheap as /health"))
+    assert not check.passed and "1 of 5 probes failed" in check.detail  # a failed probe fails
+
+    slow = LevelOutcome(80, 1, tuple(over), 4.0, health_s=(0.01, 0.01))  # 429s 4.8x /health
+    report = build_overload_report("http://x", "m", {}, [levels[0], slow], 1.0, 2.0)
+    check = next(c for c in report.checks if c.name.startswith("429 as cheap as /health"))
+    assert not check.passed and "4.80x" in check.detail
+    passing = LevelOutcome(80, 1, tuple(over), 4.0, health_s=cheap)
+    report = build_overload_report("http://x", "m", {}, [levels[0], passing], 1.0, 2.0)
+    assert report.passed, report.checks

@@ -34,6 +34,7 @@ from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import RenderedChat
 from pdserve.router.replica_view import ReplicaView
 from pdserve.router.status import ClusterStatus
+from pdserve.router.tenants.gate import TierGates
 
 BLOCK_TOKENS = 16
 PREFILL_TIMES = EngineTimes(queued_s=100.0, scheduled_s=100.25, first_token_s=101.0)
@@ -181,12 +182,14 @@ def router_app(
     dispatcher: FakeDispatcher,
     the_placer: Placer,
     metrics: RouterMetrics,
+    gates: TierGates | None = None,
     **app_args: Any,
 ) -> FastAPI:
-    """The router's real app (`build_app`) over `dispatcher`, with the word tokenizer."""
+    """The router's real app (`build_app`) over `dispatcher`, with the word tokenizer;
+    `gates`: the tiers' fair queues (None: none)."""
     return build_app(
         RequestPreparer(config, WordTokenizer()),
-        Orchestrator(config.router, dispatcher, the_placer),
+        Orchestrator(config.router, dispatcher, the_placer, gates=gates),
         RouterObserver(metrics, the_placer),
         ClusterStatus(the_placer, dispatcher),
         **app_args,

@@ -128,6 +128,11 @@ async def test_router_inflight_bound() -> None:
         assert (await first).status_code == 200
         assert (await c.post("/v1/completions", json=body(SHORT))).status_code == 200
     assert rejected(metrics, "router_inflight") == 1
+    # the refusal's cost, from arrival to its 429's response start
+    refusals = metrics.registry.get_sample_value(
+        "pdserve_router_refusal_seconds_count", {"reason": "router_inflight"}
+    )
+    assert refusals == 1
     total = metrics.registry.get_sample_value(
         "pdserve_requests_total", {"endpoint": "completion", "decision": "none", "status": "429"}
     )

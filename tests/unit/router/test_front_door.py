@@ -14,12 +14,13 @@ import pytest
 
 from pdserve.config import AuthConfig, PdserveConfig
 from pdserve.router.app import build_app
-from pdserve.router.auth import ApiKeys, AuthConfigError
+from pdserve.router.auth import AuthConfigError
 from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.status import ClusterStatus
+from pdserve.router.tenants.directory import Tenant, TenantDirectory, key_digest
 from tests.unit.router.fakes import FakeDispatcher, StepClock, WordTokenizer, placer
 
 MODEL = "pdserve-demo"
@@ -50,7 +51,9 @@ def client(
         Orchestrator(config.router, d, the_placer),
         RouterObserver(RouterMetrics(), the_placer, clock=StepClock()),
         ClusterStatus(the_placer, d),
-        api_keys=ApiKeys(keys, protect_metrics),
+        tenants=TenantDirectory(
+            {key_digest(k): Tenant("default") for k in keys}, protect_metrics=protect_metrics
+        ),
         max_request_bytes=max_request_bytes,
     )
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
@@ -117,15 +120,15 @@ def test_keys_load_from_env_and_file(tmp_path: Path) -> None:
     key_file = tmp_path / "keys"
     key_file.write_text("# rotated 2026-11\nsk-file-1\n\n  sk-file-2  \n")
     config = AuthConfig(api_key_env="MY_KEYS", api_key_file=str(key_file))
-    keys = ApiKeys.load(config, {"MY_KEYS": " sk-a, sk-b ,,"})
+    keys = TenantDirectory.load(config, {"MY_KEYS": " sk-a, sk-b ,,"})
     assert keys.enabled
     for key in ("sk-a", "sk-b", "sk-file-1", "sk-file-2"):
         assert keys.accepts(f"Bearer {key}")
     assert not keys.accepts("Bearer # rotated 2026-11") and not keys.accepts("Bearer ")
-    assert not ApiKeys.load(AuthConfig(), {}).enabled
-    assert not ApiKeys.load(AuthConfig(), {"PDSERVE_API_KEY": " , "}).enabled
+    assert not TenantDirectory.load(AuthConfig(), {}).enabled
+    assert not TenantDirectory.load(AuthConfig(), {"PDSERVE_API_KEY": " , "}).enabled
     with pytest.raises(AuthConfigError, match="cannot be read") as err:
-        ApiKeys.load(AuthConfig(api_key_file=str(tmp_path / "missing")), {})
+        TenantDirectory.load(AuthConfig(api_key_file=str(tmp_path / "missing")), {})
     assert "sk-" not in str(err.value)
 
 

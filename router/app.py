@@ -105,13 +105,21 @@ def build_app(
     install_error_handlers(app)
     retry_advisor = RetryAfterAdvisor(time.monotonic)
 
-    def gate_refused(endpoint: Endpoint, exc: AdmissionRejected) -> None:
+    def gate_refused(endpoint: Endpoint, exc: AdmissionRejected, scope: Any = None) -> None:
         observer.not_admitted(exc.reason)
         observer.rejected(endpoint, exc.status)
+        tenant = (scope or {}).get("state", {}).get(TENANT_STATE)
+        if isinstance(tenant, Tenant):
+            observer.tenant_rejected(tenant.name, exc.reason)
+            observer.metrics.tenant_requests.labels(tenant.name, str(exc.status)).inc()
 
     def tenant_refused(path: str, tenant: Tenant, exc: AdmissionRejected) -> None:
         observer.tenant_rejected(tenant.name, exc.reason)
-        gate_refused(GATED_PATHS[path], exc)
+        observer.not_admitted(exc.reason)
+        observer.rejected(GATED_PATHS[path], exc.status, tenant.name)
+
+    def observe_refusal(reason: str, seconds: float) -> None:
+        observer.metrics.refusal_seconds.labels(reason).observe(seconds)
 
     def below_share(scope: Any, slots: int) -> bool:
         tenant = scope.get("state", {}).get(TENANT_STATE)
@@ -124,10 +132,16 @@ def build_app(
         advisor=retry_advisor,
         on_refused=gate_refused,
         below_share=below_share if keys.enabled else None,
-        observe_refusal=lambda why, s: observer.metrics.refusal_seconds.labels(why).observe(s),
+        observe_refusal=observe_refusal,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
-    app.add_middleware(TenantMiddleware, directory=keys, limiter=limits, on_refused=tenant_refused)
+    app.add_middleware(
+        TenantMiddleware,
+        directory=keys,
+        limiter=limits,
+        on_refused=tenant_refused,
+        observe_refusal=observe_refusal,
+    )
     app.add_middleware(ArrivalStampMiddleware, on_request=loop_lag.start)
     completions = CompletionHandler(
         preparer,

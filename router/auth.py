@@ -5,9 +5,10 @@ the Authorization header's key in the `TenantDirectory` (router/tenants/director
 under /v1/ (and /metrics when `protect_metrics`) need `Authorization: Bearer <key>` when any
 key is configured (401 otherwise; /health and /ready never do). The tenant goes into the
 request's scope state (`tenant_of`). For completions and chats it then takes one request and a
-concurrency slot from the tenant's limits (`TenantLimiter.admit`: 429 with Retry-After), adds
-OpenAI's `x-ratelimit-*` headers to whatever the response is, and frees the slot when the
-response is over. Keys never appear in logs, metrics or error bodies.
+concurrency slot from the tenant's limits (`TenantLimiter.admit`: 429 with Retry-After, timed
+like every pre-parse refusal: router/refusal.py), adds `x-pdserve-tenant` and OpenAI's
+`x-ratelimit-*` headers to whatever the response is, and frees the slot when the response is
+over. Keys never appear in logs, metrics or error bodies.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from typing import Any
 from fastapi import Request
 
 from pdserve.router.admission import AdmissionRejected
+from pdserve.router.arrival import scope_arrival_s
 from pdserve.router.errors import send_error
+from pdserve.router.headers import TENANT_HEADER
+from pdserve.router.refusal import RefusalObserver, refuse
 from pdserve.router.tenants.directory import AuthConfigError, Tenant, TenantDirectory
 from pdserve.router.tenants.limits import TenantLimiter
 
@@ -56,12 +60,15 @@ class TenantMiddleware:
         directory: TenantDirectory,
         limiter: TenantLimiter,
         on_refused: Callable[[str, Tenant, AdmissionRejected], None],
+        observe_refusal: RefusalObserver | None = None,
     ):
-        """`on_refused(path, tenant, rejection)` is called for each 429 sent here (metrics)."""
+        """`on_refused(path, tenant, rejection)` is called for each 429 sent here (metrics);
+        `observe_refusal` times each such refusal from arrival (router/refusal.py)."""
         self._app = app
         self._directory = directory
         self._limiter = limiter
         self._on_refused = on_refused
+        self._observe_refusal = observe_refusal
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -84,24 +91,23 @@ class TenantMiddleware:
             await self._app(scope, receive, send)
             return
         limiter = self._limiter
+        name = (TENANT_HEADER.encode(), tenant.name.encode())
+
+        async def with_tenant_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                extra = [name, *limiter.headers(tenant)]
+                message = {**message, "headers": [*message["headers"], *extra]}
+            await send(message)
+
         try:
             limiter.admit(tenant)
         except AdmissionRejected as exc:
             self._on_refused(path, tenant, exc)
-            headers = tuple((k.encode(), v.encode()) for k, v in exc.headers.items())
-            await send_error(
-                send, exc.status, exc.message, exc.code or "", headers + tuple(
-                    limiter.headers(tenant))
-            )  # fmt: skip
+            arrival = scope_arrival_s(scope)
+            await refuse(with_tenant_headers, exc, arrival, self._observe_refusal)
             return
-
-        async def with_rate_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message["headers"], *limiter.headers(tenant)]}
-            await send(message)
-
         try:
-            await self._app(scope, receive, with_rate_headers)
+            await self._app(scope, receive, with_tenant_headers)
         finally:
             limiter.release(tenant)
 

@@ -42,7 +42,6 @@ from pdserve.router.headers import (
     PROMPT_COST_HEADER,
     REQUEST_ID_HEADER,
     SERVED_BY_HEADER,
-    TENANT_HEADER,
     TIMING_HEADER,
 )
 from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
@@ -333,7 +332,6 @@ def _headers(obs: RequestObservation) -> dict[str, str]:
     Ray Serve's proxy already returns x-request-id: the same id as the timeline's."""
     t = obs.timeline
     headers = {
-        TENANT_HEADER: obs.tenant,
         TIMING_HEADER: _dumps(t.stages()),
         SERVED_BY_HEADER: _dumps(
             {"prefill": t.prefill_replica_id or None, "decode": t.decode_replica_id}

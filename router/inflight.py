@@ -29,12 +29,12 @@ class InflightGate:
         app: Any,
         limit: int | None,
         advisor: RetryAfterAdvisor,
-        on_refused: Callable[[Endpoint, AdmissionRejected], None],
+        on_refused: Callable[[Endpoint, AdmissionRejected, Any], None],
         below_share: Callable[[Any, int], bool] | None = None,
         observe_refusal: RefusalObserver | None = None,
     ):
-        """`on_refused(endpoint, rejection)` is called for each request this gate refuses
-        (metrics); `limit` None: no bound, only the advisor's bookkeeping.
+        """`on_refused(endpoint, rejection, scope)` is called for each request this gate
+        refuses (metrics); `limit` None: no bound, only the advisor's bookkeeping.
         `below_share(scope, limit)`: whether the request's tenant holds no more than its
         weighted share of the bound (router/tenants/limits.py); such a request is admitted
         even when the router is full, so one busy tenant cannot hold every slot. None: the
@@ -61,7 +61,7 @@ class InflightGate:
         except AdmissionRejected as exc:
             self._advisor.refused()
             exc.at_least(self._advisor.retry_after_s())
-            self._on_refused(endpoint, exc)
+            self._on_refused(endpoint, exc, scope)
             await refuse(send, exc, scope_arrival_s(scope), self._observe_refusal)
             return
         status = 0

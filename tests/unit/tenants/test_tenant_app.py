@@ -136,7 +136,10 @@ async def test_rate_limit_headers_on_every_response_and_429_after_the_limit(
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert int(refused.headers["retry-after"]) >= 1
+    assert refused.headers["x-pdserve-tenant"] == "limited"
     text = metrics.render().decode()
+    assert 'pdserve_router_refusal_seconds_count{reason="tenant_requests_per_minute"} 1.0' in text
+    assert 'pdserve_tenant_requests_total{status="429",tenant="limited"} 1.0' in text
     assert (
         'pdserve_tenant_rejected_total{reason="tenant_requests_per_minute",tenant="limited"} 1.0'
         in text

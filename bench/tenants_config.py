@@ -28,28 +28,44 @@ class TenantsBenchConfig(StrictModel):
     heavy_tenant: str = Field(default="gold", description="The weight-3 tenant of the 3:1 phase.")
     light_tenant: str = Field(default="bronze", description="The weight-1 tenant of the 3:1 phase.")
     steady_rate_per_s: float = Field(
-        default=1.0, gt=0, description="Tenant B's requests per second (a fixed-rate open loop)."
+        default=2.0, gt=0, description="Tenant B's requests per second (a fixed-rate open loop)."
     )
     steady_tokens: int = Field(
         default=600,
         ge=512,
         description="Tenant B's prompt tokens (long enough to prefill remotely).",
     )
-    flood_tokens: int = Field(default=1500, gt=0, description="Tenant A's prompt tokens.")
-    flood_clients: int = Field(
-        default=16,
-        gt=0,
-        description="Tenant A's closed-loop clients (each resends a 429 after its Retry-After).",
+    flood_tokens: int = Field(
+        default=3000, gt=0, description="Tenant A's (and the 3:1 phase's) prompt tokens."
     )
+    flood_share_multiple: float = Field(
+        default=10.0,
+        gt=0,
+        description="Tenant A sends this many times its fair share: its weight's share of the "
+        "requests per second the cluster served of its prompts in the calibration.",
+    )
+    flood_max_attempts: int = Field(
+        default=3,
+        gt=0,
+        description="Attempts per tenant-A request (a 429 is resent after its Retry-After, as "
+        "the official SDK does twice by default); then it gives up (refused, not lost).",
+    )
+    calibrate_clients: int = Field(
+        default=16, gt=0, description="Closed-loop clients of the calibration (A alone)."
+    )
+    calibrate_s: float = Field(default=10.0, gt=0, description="Seconds of the calibration.")
     output_tokens: int = Field(default=16, gt=0, description="max_tokens of every request.")
     phase_s: float = Field(
-        default=40.0, gt=0, description="Seconds of each B phase (alone, sharing on, off)."
+        default=45.0, gt=0, description="Seconds of each B phase (alone, sharing on, off)."
     )
     weights_s: float = Field(
         default=60.0, gt=0, description="Seconds of the 3:1 phase (both tenants saturating)."
     )
     weights_clients: int = Field(
-        default=8, gt=0, description="Closed-loop clients of each tenant in the 3:1 phase."
+        default=12, gt=0, description="Closed-loop clients of each tenant in the 3:1 phase."
+    )
+    weights_output_tokens: int = Field(
+        default=2, gt=0, description="max_tokens in the 3:1 phase (prefill is what is shared)."
     )
     max_retry_wait_s: float = Field(
         default=5.0, gt=0, description="Longest Retry-After a client waits before resending."

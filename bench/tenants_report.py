@@ -76,7 +76,9 @@ class PhaseRow(BaseModel):
     steady_429s: int
     steady_ttft_p50_s: float | None
     steady_ttft_p99_s: float | None
+    flood_sent: int
     flood_served: int
+    flood_refused: int
     flood_attempts: int
     flood_429s: int
     flood_per_s: float | None
@@ -84,6 +86,10 @@ class PhaseRow(BaseModel):
 
 class TenantsReport(BaseModel):
     config: dict[str, object]
+    capacity_per_s: float
+    """Tenant A's prompts the cluster served per second in the calibration."""
+    flood_rate_per_s: float
+    """What tenant A sent per second (its first attempts)."""
     phases: list[PhaseRow]
     flood_429_reasons: dict[str, int]
     header_problems: list[str]
@@ -115,6 +121,8 @@ def _reason(message: str) -> str:
 
 def build_report(
     config: dict[str, object],
+    capacity_per_s: float,
+    flood_rate_per_s: float,
     outcomes: Sequence[Outcome],
     phase_s: float,
     steady: str,
@@ -145,7 +153,9 @@ def build_report(
                 steady_429s=sum(x.status == 429 for o in b for x in o.attempts),
                 steady_ttft_p50_s=percentile(ttfts, 50),
                 steady_ttft_p99_s=p99[phase],
+                flood_sent=len(a),
                 flood_served=a_served,
+                flood_refused=sum(o.refused for o in a),
                 flood_attempts=sum(len(o.attempts) for o in a),
                 flood_429s=sum(x.status == 429 for o in a for x in o.attempts),
                 flood_per_s=a_served / phase_s if a else None,
@@ -161,7 +171,11 @@ def build_report(
                 problems += [
                     f"{o.tenant} {x.status}: {p}" for p in header_problems(x, limits[o.tenant])
                 ]
-    lost = [f"{o.tenant}/{o.phase}: {o.error}" for o in outcomes if not o.served]
+    lost = [
+        f"{o.tenant}/{o.phase}: {o.error or 'no token'}"
+        for o in outcomes
+        if not o.served and not o.refused
+    ]
     on_vs_alone = ratio(p99["sharing_on"], p99["alone"])
     alone, on, off = p99["alone"], p99["sharing_on"], p99["sharing_off"]
     share = None
@@ -181,13 +195,15 @@ def build_report(
         ),
         "A's excess got 429s": by_phase["sharing_on"].flood_429s > 0,
         "every answer of a limited tenant had correct x-ratelimit-* headers": not problems,
-        "nothing lost (every request served in the end)": not lost,
+        "nothing lost (every request served, or refused with 429s)": not lost,
         f"prefill seconds split {weights_expected:g}:1 within ±{weight_tolerance:.0%}": (
             measured is not None and abs(measured / weights_expected - 1.0) <= weight_tolerance
         ),
     }
     return TenantsReport(
         config=config,
+        capacity_per_s=capacity_per_s,
+        flood_rate_per_s=flood_rate_per_s,
         phases=rows,
         flood_429_reasons=reasons,
         header_problems=problems[:20],
@@ -205,19 +221,22 @@ def build_report(
 def phases_table(report: TenantsReport) -> Table:
     table = Table(title="Tenant B (steady) beside tenant A (flood), one run")
     for col in ("phase", "B served", "B 429s", "B TTFT p50 s", "B TTFT p99 s",
-                "A served/s", "A attempts", "A 429s"):  # fmt: skip
+                "A sent", "A served", "A refused", "A 429s"):  # fmt: skip
         table.add_column(col, justify="left" if col == "phase" else "right")
     for r in report.phases:
         table.add_row(
             r.phase, str(r.steady_served), str(r.steady_429s), sig3(r.steady_ttft_p50_s),
-            sig3(r.steady_ttft_p99_s), sig3(r.flood_per_s), str(r.flood_attempts),
-            str(r.flood_429s),
+            sig3(r.steady_ttft_p99_s), str(r.flood_sent), str(r.flood_served),
+            str(r.flood_refused), str(r.flood_429s),
         )  # fmt: skip
     return table
 
 
 def summary_lines(report: TenantsReport) -> list[str]:
     lines = [
+        f"calibration: the cluster served {sig3(report.capacity_per_s)} of A's prompts/s; A "
+        f"sent {sig3(report.flood_rate_per_s)}/s (its share x "
+        f"{report.config.get('flood_share_multiple')})",
         f"B's TTFT p99, sharing on ÷ alone: {sig3(report.ttft_p99_on_vs_alone)}x; "
         f"its increase with sharing on ÷ with sharing off: {sig3(report.degradation_share)}",
         f"A's 429s by reason: {report.flood_429_reasons or 'none'}",

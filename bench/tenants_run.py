@@ -13,8 +13,11 @@ Then the report and its checks (bench/tenants_report.py). Exit 0 when every chec
 
 from __future__ import annotations
 
-import asyncio
+import multiprocessing
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from typing import Any
 
 import httpx
 import openai
@@ -25,7 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pdserve.bench.tenants_config import TenantsBenchConfig
-from pdserve.bench.tenants_load import Outcome, TenantClient, closed_loop, open_loop
+from pdserve.bench.tenants_load import LoadSpec, Outcome, run_load
 from pdserve.bench.tenants_report import build_report, phases_table, summary_lines
 from pdserve.tenant_config import TenantFile, TenantSpec
 
@@ -66,99 +69,133 @@ def prefill_seconds(url: str) -> dict[str, float]:
 
 
 class _Run:
+    """The phases, each tenant's load in a process of its own (bench/tenants_load.py)."""
+
     def __init__(self, cfg: TenantsBenchConfig, tenants: dict[str, TenantSpec], model: str):
         self.cfg = cfg
+        self.tenants = tenants
+        self.model = model
         self.outcomes: list[Outcome] = []
         self.prefill_s: dict[str, float] = {}
+        self.capacity_per_s = 0.0
+        """Tenant A's prompts served per second in the calibration (saturating the cluster)."""
+        self.flood_rate_per_s = 0.0
 
-        def client(name: str) -> TenantClient:
-            return TenantClient(
-                cfg.url, name, tenants[name].keys[0], model,
-                max_tokens=cfg.output_tokens, timeout_s=cfg.request_timeout_s,
-                max_retry_wait_s=cfg.max_retry_wait_s, seed=0,
-            )  # fmt: skip
-
-        self.steady = client(cfg.steady_tenant)
-        self.flood = client(cfg.flood_tenant)
-        self.heavy = client(cfg.heavy_tenant)
-        self.light = client(cfg.light_tenant)
-
-    async def close(self) -> None:
-        for c in (self.steady, self.flood, self.heavy, self.light):
-            await c.close()
-
-    async def run(self, progress: Progress) -> None:
+    def spec(self, tenant: str, phase: str, **kw: Any) -> LoadSpec:
         cfg = self.cfg
-        t0 = time.perf_counter()
-        warm: list[Outcome] = []
-        for c in (self.steady, self.flood, self.heavy, self.light):  # not measured
-            warm.append(await c.send("warmup", cfg.steady_tokens, True, t0))
+        base: dict[str, Any] = {
+            "url": cfg.url, "tenant": tenant, "key": self.tenants[tenant].keys[0],
+            "model": self.model, "phase": phase, "max_tokens": cfg.output_tokens,
+            "max_retry_wait_s": cfg.max_retry_wait_s, "timeout_s": cfg.request_timeout_s,
+        }  # fmt: skip
+        return LoadSpec(**{**base, **kw})
+
+    def run(self, pool: Executor, progress: Progress) -> None:
+        cfg = self.cfg
+        warm = [self.spec(name, "warmup", num_tokens=cfg.steady_tokens, fair_share=True,
+                          duration_s=0.1)
+                for name in (cfg.steady_tenant, cfg.flood_tenant)]  # fmt: skip
+        _wait(progress, "warm-up", 0.1, [pool.submit(run_load, w) for w in warm])
+        self._calibrate(pool, progress)
         for phase, share in (("alone", True), ("sharing_on", True), ("sharing_off", False)):
-            with _shown(progress, phase, cfg.phase_s):
-                stop = asyncio.Event()
-                flood = None
-                if phase != "alone":
-                    flood = asyncio.create_task(closed_loop(
-                        self.flood, cfg.flood_clients, phase, cfg.flood_tokens, share, stop,
-                        t0, self.outcomes,
-                    ))  # fmt: skip
-                    await asyncio.sleep(FLOOD_HEAD_START_S)
-                await open_loop(
-                    self.steady, cfg.steady_rate_per_s, cfg.phase_s, phase, cfg.steady_tokens,
-                    share, t0, self.outcomes,
-                )  # fmt: skip
-                stop.set()
-                if flood is not None:
-                    await flood
-        with _shown(progress, "weights", cfg.weights_s):
-            stop = asyncio.Event()
-            loops = [
-                asyncio.create_task(
-                    closed_loop(
-                        c,
-                        cfg.weights_clients,
-                        "weights",
-                        cfg.flood_tokens,
-                        True,
-                        stop,
-                        t0,
-                        self.outcomes,
-                    )
-                )
-                for c in (self.heavy, self.light)
-            ]
-            await asyncio.sleep(FLOOD_HEAD_START_S)  # both backlogged first
-            before = await asyncio.to_thread(prefill_seconds, cfg.url)
-            await asyncio.sleep(cfg.weights_s)
-            after = await asyncio.to_thread(prefill_seconds, cfg.url)
-            stop.set()
-            await asyncio.gather(*loops)
+            jobs = [pool.submit(run_load, self.spec(
+                cfg.steady_tenant, phase, num_tokens=cfg.steady_tokens, fair_share=share,
+                duration_s=cfg.phase_s, rate_per_s=cfg.steady_rate_per_s,
+                start_after_s=0.0 if phase == "alone" else FLOOD_HEAD_START_S,
+            ))]  # fmt: skip
+            if phase != "alone":
+                jobs.append(pool.submit(run_load, self.spec(
+                    cfg.flood_tenant, phase, num_tokens=cfg.flood_tokens, fair_share=share,
+                    duration_s=FLOOD_HEAD_START_S + cfg.phase_s,
+                    rate_per_s=self.flood_rate_per_s, stream=False,
+                    max_attempts=cfg.flood_max_attempts,
+                )))  # fmt: skip
+            for outcomes in _wait(progress, phase, cfg.phase_s, jobs):
+                self.outcomes += outcomes
+        self._weights(pool, progress)
+
+    def _calibrate(self, pool: Executor, progress: Progress) -> None:
+        """Tenant A's prompts from many closed-loop clients, sent as the weight-3 tenant (no
+        limits, so A's minute is untouched): what the cluster serves of them per second, and
+        so A's fair share and its flood rate."""
+        cfg = self.cfg
+        ramp_s = 2.0
+        job = pool.submit(run_load, self.spec(
+            cfg.heavy_tenant, "calibrate", num_tokens=cfg.flood_tokens, fair_share=True,
+            duration_s=ramp_s + cfg.calibrate_s, clients=cfg.calibrate_clients, stream=False,
+        ))  # fmt: skip
+        (done,) = _wait(progress, "calibrate", ramp_s + cfg.calibrate_s, [job])
+        # Closed loops: requests start as fast as they end.
+        started = [o for o in done if o.served and o.start_s >= ramp_s]
+        self.capacity_per_s = len(started) / cfg.calibrate_s
+        weights = self.tenants[cfg.flood_tenant].weight + self.tenants[cfg.steady_tenant].weight
+        share = self.tenants[cfg.flood_tenant].weight / weights
+        self.flood_rate_per_s = max(1.0, cfg.flood_share_multiple * share * self.capacity_per_s)
+
+    def _weights(self, pool: Executor, progress: Progress) -> None:
+        cfg = self.cfg
+        total_s = FLOOD_HEAD_START_S + cfg.weights_s
+        jobs = [
+            pool.submit(
+                run_load,
+                self.spec(
+                    name,
+                    "weights",
+                    num_tokens=cfg.flood_tokens,
+                    fair_share=True,
+                    duration_s=total_s,
+                    clients=cfg.weights_clients,
+                    max_tokens=cfg.weights_output_tokens,
+                    stream=False,
+                ),
+            )
+            for name in (cfg.heavy_tenant, cfg.light_tenant)
+        ]
+        with _shown_sync(progress, "weights", total_s) as tick:
+            tick(FLOOD_HEAD_START_S)  # both backlogged first
+            before = prefill_seconds(cfg.url)
+            tick(cfg.weights_s)
+            after = prefill_seconds(cfg.url)
+        for outcomes in _wait(progress, "weights (draining)", 1.0, jobs):
+            self.outcomes += outcomes
         self.prefill_s = {
             name: round(after.get(name, 0.0) - before.get(name, 0.0), 3)
             for name in (cfg.heavy_tenant, cfg.light_tenant)
         }
 
 
-class _shown:
-    """A progress row for one phase, ticking its elapsed seconds."""
+def _wait(progress: Progress, label: str, seconds: float, jobs: list[Future[Any]]) -> list[Any]:
+    """Show `label` for about `seconds` while `jobs` run; their results, in order."""
+    task = progress.add_task(label, total=seconds)
+    start = time.perf_counter()
+    while not all(j.done() for j in jobs):
+        progress.update(task, completed=min(seconds, time.perf_counter() - start))
+        time.sleep(0.25)
+    progress.update(task, completed=seconds)
+    return [j.result() for j in jobs]
 
-    def __init__(self, progress: Progress, phase: str, seconds: float):
-        self._progress, self._phase, self._seconds = progress, phase, seconds
 
-    def __enter__(self) -> None:
-        self._task = self._progress.add_task(self._phase, total=self._seconds)
-        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+class _shown_sync:
+    """A progress row whose `tick(seconds)` sleeps that long, advancing the bar."""
 
-    async def _tick(self) -> None:
-        start = time.perf_counter()
-        while True:
-            done_s = min(self._seconds, time.perf_counter() - start)
-            self._progress.update(self._task, completed=done_s)
-            await asyncio.sleep(0.5)
+    def __init__(self, progress: Progress, label: str, seconds: float):
+        self._progress, self._label, self._seconds = progress, label, seconds
+        self._done = 0.0
+
+    def __enter__(self) -> Callable[[float], None]:
+        task = self._progress.add_task(self._label, total=self._seconds)
+
+        def tick(seconds: float) -> None:
+            end = time.perf_counter() + seconds
+            while (left := end - time.perf_counter()) > 0:
+                time.sleep(min(0.25, left))
+                self._progress.update(task, completed=self._done + seconds - max(0.0, left))
+            self._done += seconds
+
+        return tick
 
     def __exit__(self, *exc: object) -> None:
-        self._ticker.cancel()
-        self._progress.update(self._task, completed=self._seconds)
+        return None
 
 
 def _first_model(cfg: TenantsBenchConfig, key: str) -> str:
@@ -182,22 +219,18 @@ def run_tenants(cfg: TenantsBenchConfig, console: Console) -> int:
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
     )
-
-    async def main() -> None:
-        try:
-            await run.run(progress)
-        finally:
-            await run.close()
-
     try:
-        with progress:
-            asyncio.run(main())
+        # One process per tenant's load (spawned: no copy of this process's state).
+        spawn = multiprocessing.get_context("spawn")
+        with progress, ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
+            run.run(pool, progress)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]")
         return EXIT_INTERRUPTED
     heavy, light = tenants[cfg.heavy_tenant], tenants[cfg.light_tenant]
     report = build_report(
-        cfg.model_dump(mode="json"), run.outcomes, cfg.phase_s,
+        cfg.model_dump(mode="json"), run.capacity_per_s, run.flood_rate_per_s, run.outcomes,
+        cfg.phase_s,
         cfg.steady_tenant, cfg.flood_tenant,
         {name: spec.limits for name, spec in tenants.items()},
         run.prefill_s, cfg.heavy_tenant, cfg.light_tenant, heavy.weight / light.weight,

@@ -126,14 +126,16 @@ class TenantsConfig(StrictModel):
         ),
     )
     prefill_seconds_per_replica: float = Field(
-        default=1.0,
+        default=0.25,
         gt=0,
         description=(
-            "How much predicted prefill work (cost-model seconds of uncached tokens) this "
-            "router lets run per replica that prefills (prefill pool; decode pool when "
-            "aggregated) before requests queue. Small keeps the engines' own queues short so "
-            "the order is decided here; too small leaves an engine idle between prefills. A "
-            "request bigger than the whole window still runs alone."
+            "How much prefill work this router lets run per replica that prefills (prefill "
+            "pool; decode pool when aggregated) before requests queue, in engine seconds: each "
+            "request counts its cost-model prediction for its uncached tokens, scaled by how "
+            "the engines' measured prefill times compared with the predictions lately. Small "
+            "keeps the engines' own queues short so the order is decided here; too small "
+            "leaves an engine idle between prefills. A request bigger than the whole window "
+            "still runs alone."
         ),
     )
     decode_streams_per_replica: int | None = Field(

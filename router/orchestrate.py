@@ -183,9 +183,9 @@ class Orchestrator:
         decode stream. `policy` overrides the configured routing policy for this request,
         `kv_verify` the kv_transfer.verify setting, `fair_share` router.tenants.fair_share
         (None: the settings decide). With fair sharing the request first waits its turn in
-        the decode tier's queue (a stream slot), then the prefill tier's (its predicted
-        prefill seconds), as `tenant` (None: not queued); it holds both until its prefill,
-        and its stream, end. Raises at `placement` or `prefill` (see the module docstring),
+        the prefill tier's queue (its predicted prefill seconds), then the decode tier's (a
+        stream slot), as `tenant` (None: not queued); it holds both until its prefill, and
+        its stream, end. Raises at `placement` or `prefill` (see the module docstring),
         or AdmissionRejected (429) from a tier queue."""
         deadlines = RequestDeadlines(self._deadlines, obs.timeline.arrival_s, self._clock)
         share = self._fair_share if fair_share is None else fair_share
@@ -221,26 +221,29 @@ class Orchestrator:
     async def _enter_tiers(
         self, gates: TierGates, prepared: PreparedRequest, obs: RequestObservation, tenant: Tenant
     ) -> None:
-        """Wait for a decode stream slot, then for the prefill tier (router/tenants/gate.py);
-        the observation leaves them when the prefill and the stream end."""
-        decode = None
+        """Wait for the prefill tier (its predicted prefill seconds), then for a decode stream
+        slot (router/tenants/gate.py); the observation leaves them when the prefill and the
+        stream end. In this order a request waiting for the prefill tier holds no stream slot,
+        and a full decode tier holds prefills back (their KV would have nowhere to go)."""
+        cost_s = (
+            self._placer.estimate_prefill_s(prepared.prompt_token_ids)
+            if self._placer is not None
+            else 0.0
+        )
+        prefill = None
         try:
+            prefill = await gates.prefill.enter(tenant, cost_s, prepared.priority)
+            decode = None
             if gates.decode is not None:
                 decode = await gates.decode.enter(tenant, 1.0, prepared.priority)
-            cost_s = (
-                self._placer.estimate_prefill_s(prepared.prompt_token_ids)
-                if self._placer is not None
-                else 0.0
-            )
-            prefill = await gates.prefill.enter(tenant, cost_s, prepared.priority)
         except AdmissionRejected as exc:
             obs.not_admitted(exc.reason)
-            if decode is not None:
-                decode.leave()
+            if prefill is not None:
+                prefill.leave()
             raise
         except BaseException:
-            if decode is not None:
-                decode.leave()
+            if prefill is not None:
+                prefill.leave()
             raise
         obs.holds(prefill, decode)
 

@@ -15,7 +15,11 @@ the waiting requests that now fit start, in this order:
    - `occupancy` mode (decode): the tenant with the smallest (running cost) / weight;
 3. within a tenant: the lowest request priority, then arrival order.
 The selected request starts when it fits (`running + cost <= capacity`, or nothing runs); a
-big request is never skipped for smaller ones behind it. A tenant may have at most
+big request is never skipped for smaller ones behind it. On top of that each tenant has a
+reserved share of the window (capacity x weight / the weights of the tenants running or
+waiting): a tenant below it starts at once even when the window is full, so a tenant that sends
+little never waits for another's work to drain (the window is exceeded by at most the reserved
+shares). A tenant may have at most
 `max_queued_per_tenant` waiting (`QueueFull` beyond). Waiting time is bounded by the caller
 (router/tenants/gate.py), which `cancel`s a request that waited too long or whose client left.
 """
@@ -136,23 +140,54 @@ class FairQueue:
         return self._start_what_fits()
 
     def _start_what_fits(self) -> list[Ticket]:
+        capacity = self._capacity()
         started: list[Ticket] = []
         while self.num_waiting:
             name, start_tag = self._next()
-            state = self._tenants[name]
-            ticket = state.waiting[0][2]
-            if self.running_cost > 0 and self.running_cost + ticket.cost > self._capacity():
+            ticket = self._tenants[name].waiting[0][2]
+            if self.running_cost > 0 and self.running_cost + ticket.cost > capacity:
                 break
-            heapq.heappop(state.waiting)
-            self.num_waiting -= 1
-            ticket.running = True
-            state.running_cost += ticket.cost
-            self.running_cost += ticket.cost
-            if self._mode == "service":
-                self._virtual_time = start_tag
-                state.finish_tag = start_tag + ticket.cost / state.weight
-            started.append(ticket)
+            self._start(name, start_tag, started, advance=True)
+        if self.num_waiting:
+            self._start_reserved(capacity, started)
         return started
+
+    def _start_reserved(self, capacity: float, started: list[Ticket]) -> None:
+        """Each tenant is guaranteed its weighted share of the window: capacity x its weight /
+        the weights of the tenants running or waiting (of the best priority class waiting). A
+        tenant below it starts its head even when the window is full, so it never waits for
+        another tenant's work to finish (the window may then be exceeded by at most the
+        reserved shares)."""
+        best_class = min(st.waiting[0][2].tenant_priority for st in self._tenants.values()
+                         if st.waiting)  # fmt: skip
+        active = sum(
+            st.weight
+            for st in self._tenants.values()
+            if st.running_cost > 0
+            or (st.waiting and st.waiting[0][2].tenant_priority == best_class)
+        )
+        for name, state in self._tenants.items():
+            while state.waiting and state.waiting[0][2].tenant_priority == best_class:
+                share = capacity * state.weight / active
+                if state.running_cost + state.waiting[0][2].cost > share:
+                    break
+                tag = max(self._virtual_time, state.finish_tag)
+                self._start(name, tag, started, advance=False)
+
+    def _start(self, name: str, start_tag: float, started: list[Ticket], advance: bool) -> None:
+        """Start the head request of tenant `name` at virtual time `start_tag` (`advance`: the
+        queue's virtual time moves to it, as for a start in fair-queuing order)."""
+        state = self._tenants[name]
+        ticket = heapq.heappop(state.waiting)[2]
+        self.num_waiting -= 1
+        ticket.running = True
+        state.running_cost += ticket.cost
+        self.running_cost += ticket.cost
+        if self._mode == "service":
+            if advance:
+                self._virtual_time = start_tag
+            state.finish_tag = start_tag + ticket.cost / state.weight
+        started.append(ticket)
 
     def _next(self) -> tuple[str, float]:
         """The tenant whose head request goes next, and that request's start tag."""

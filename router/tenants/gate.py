@@ -7,12 +7,15 @@ request may use the tier — at once while the tier has room and nobody waits �
 `AdmissionRejected` (429: `fair_queue_full` when the tenant already has
 `max_queued_per_tenant` waiting, `fair_queue_timeout` after `max_queue_seconds`). The holder
 calls `Pass.leave(measured_cost)` when its work on the tier is over (prefill: finished;
-decode: the stream ended); a cancelled wait (client gone) leaves the queue.
+decode: the stream ended); a cancelled wait (client gone) leaves the queue. The prefill tier
+scales predicted costs by what its engines measured lately (`CostScale`), so its window is in
+measured engine seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,17 +24,47 @@ from pdserve.router.tenants.directory import Tenant
 from pdserve.router.tenants.fair_queue import FairQueue, QueueFull, QueueMode, Ticket
 
 
+class CostScale:
+    """Measured ÷ predicted cost of the tier's recent requests (pure): an exponentially
+    weighted mean of log ratios, so a cost model that is off by a constant factor on this
+    hardware (not yet calibrated with `pdserve profile`) still sizes the tier's window in
+    measured seconds. Starts at 1; each ratio is clamped to [1/20, 20]."""
+
+    def __init__(self, weight: float = 0.1):
+        self._weight = weight
+        self._log_ratio = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self._log_ratio)
+
+    def observe(self, predicted: float, measured: float) -> None:
+        if predicted <= 0 or measured <= 0:
+            return
+        sample = min(_MAX_LOG_RATIO, max(-_MAX_LOG_RATIO, math.log(measured / predicted)))
+        self._log_ratio += self._weight * (sample - self._log_ratio)
+
+
+_MAX_LOG_RATIO = math.log(20.0)
+
+
 class Pass:
     """A request's hold on a tier; `leave` once (later calls do nothing)."""
 
-    def __init__(self, gate: TierGate, ticket: Ticket, waited_s: float):
+    def __init__(self, gate: TierGate, ticket: Ticket, waited_s: float, predicted: float):
         self._gate = gate
         self._ticket = ticket
+        self._predicted = predicted
         self.waited_s = waited_s
         """How long the request waited in the tier's queue."""
 
     def leave(self, measured_cost: float | None = None) -> None:
-        self._gate._wake(self._gate.queue.release(self._ticket, measured_cost))
+        """The request's work on the tier is over; `measured_cost`: what it really cost (the
+        engine's prefill seconds), when known."""
+        gate = self._gate
+        if measured_cost is not None and not self._ticket.done and gate.scale is not None:
+            gate.scale.observe(self._predicted, measured_cost)
+        gate._wake(gate.queue.release(self._ticket, measured_cost))
 
 
 class TierGate:
@@ -41,15 +74,23 @@ class TierGate:
         queue: FairQueue,
         clock: Callable[[], float],
         max_wait_s: float,
+        scale: CostScale | None = None,
     ):
+        """`scale`: predicted costs are multiplied by its ratio, which `Pass.leave`'s measured
+        costs keep up to date (None: costs as given)."""
         self.tier = tier
+        self.scale = scale
         self.queue = queue
         self._clock = clock
         self._max_wait_s = max_wait_s
         self._waiters: dict[int, asyncio.Future[None]] = {}
 
     async def enter(self, tenant: Tenant, cost: float, request_priority: int = 0) -> Pass:
+        """Wait for the tier; `cost` as predicted (scaled by `scale` when there is one)."""
         start = self._clock()
+        predicted = cost
+        if self.scale is not None:
+            cost = cost * self.scale.ratio
         try:
             ticket, started = self.queue.offer(
                 tenant.name, cost, tenant.weight, tenant.priority, request_priority
@@ -64,7 +105,7 @@ class TierGate:
             ) from None
         self._wake([t for t in started if t is not ticket])
         if ticket.running:
-            return Pass(self, ticket, 0.0)
+            return Pass(self, ticket, 0.0, predicted)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[ticket.seq] = future
         try:
@@ -84,7 +125,7 @@ class TierGate:
             self._waiters.pop(ticket.seq, None)
             self._wake(self.queue.cancel(ticket))  # releases it if it had started meanwhile
             raise
-        return Pass(self, ticket, self._clock() - start)
+        return Pass(self, ticket, self._clock() - start, predicted)
 
     def poke(self) -> None:
         """Start what fits now (the tier may have grown)."""
@@ -120,6 +161,7 @@ class TierGates:
             FairQueue(prefill_capacity_s, "service", max_queued_per_tenant),
             clock,
             max_wait_s,
+            CostScale(),
         )
         decode = None
         if decode_capacity_streams is not None:

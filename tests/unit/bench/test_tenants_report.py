@@ -56,7 +56,7 @@ def outcomes(b_ttft: dict[str, list[float]], b_429: int = 0) -> list[Outcome]:
 
 def report(b_ttft: dict[str, list[float]], prefill: dict[str, float], b_429: int = 0) -> dict:
     r = build_report(
-        {}, outcomes(b_ttft, b_429), 10.0, "chat", "batch",
+        {}, 10.0, 50.0, outcomes(b_ttft, b_429), 10.0, "chat", "batch",
         {"batch": LIMITS}, prefill, "gold", "bronze", 3.0,
         max_ttft_ratio=1.5, max_degradation_share=1 / 3, weight_tolerance=0.15,
     )  # fmt: skip

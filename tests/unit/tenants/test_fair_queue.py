@@ -38,11 +38,22 @@ class Tier:
 def test_a_free_tier_starts_requests_at_once_and_queues_when_full() -> None:
     tier = Tier(capacity=2.0)
     a = tier.offer("a", 1.5)
-    b = tier.offer("b", 1.0)
-    assert a.running and not b.running
+    more = tier.offer("a", 1.0)
+    assert a.running and not more.running
     assert tier.queue.num_waiting == 1
     tier.step()
-    assert b.running
+    assert more.running
+
+
+def test_a_tenant_below_its_reserved_share_starts_even_when_the_window_is_full() -> None:
+    q = FairQueue(lambda: 1.0)
+    flood = [q.offer("a", 0.5)[0] for _ in range(6)]
+    assert sum(t.running for t in flood) == 2  # a alone: the whole window
+    light, _ = q.offer("b", 0.3)
+    assert light.running, "b's share is half the window: it does not wait for a's work"
+    second, _ = q.offer("b", 0.3)
+    assert not second.running, "0.6 would pass b's share (0.5)"
+    assert q.running_cost == pytest.approx(1.3)  # over the window by b's reserved share
 
 
 def test_a_request_bigger_than_the_tier_runs_alone() -> None:
@@ -130,12 +141,13 @@ def test_within_a_tenant_request_priority_then_arrival() -> None:
 
 def test_occupancy_mode_gives_the_next_slot_to_the_tenant_furthest_below_its_share() -> None:
     q = FairQueue(lambda: 4.0, "occupancy")
-    a = [q.offer("a", 1.0, 1.0)[0] for _ in range(4)]  # a holds every slot
+    a = [q.offer("a", 1.0, 1.0)[0] for _ in range(4)]  # a alone holds every slot
     b = [q.offer("b", 1.0, 1.0)[0] for _ in range(3)]
+    assert [t.running for t in b] == [True, True, False], "b's reserved half: 2 slots at once"
     more_a = q.offer("a", 1.0, 1.0)[0]
-    started = q.release(a[0]) + q.release(a[1])
-    assert started == b[:2], "b (0 slots) before a (2 slots), twice"
-    assert q.release(a[2]) == [more_a], "a has 1 slot, b 2: a's turn"
+    assert not more_a.running
+    assert q.release(a[0]) == [] and q.release(a[1]) == []  # back to 4 slots in use
+    assert q.release(a[2]) == [more_a], "a has 1 stream, b 2: a is further below its share"
     assert not b[2].running
 
 

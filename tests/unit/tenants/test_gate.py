@@ -66,3 +66,34 @@ async def test_a_client_gone_while_waiting_leaves_the_queue() -> None:
     assert g.queue.num_waiting == 0
     held.leave()
     assert g.queue.running_cost == 0.0
+
+
+def test_cost_scale_follows_measured_over_predicted() -> None:
+    from pdserve.router.tenants.gate import CostScale
+
+    scale = CostScale(weight=0.5)
+    assert scale.ratio == 1.0
+    for _ in range(30):
+        scale.observe(predicted=0.2, measured=0.05)
+    assert scale.ratio == pytest.approx(0.25, rel=1e-3)
+    scale.observe(0.0, 1.0)  # ignored
+    scale.observe(1.0, 1000.0)  # clamped to 20x
+    assert scale.ratio < 0.25 * 20
+
+
+async def test_the_prefill_window_is_sized_in_measured_seconds() -> None:
+    """Predictions 4x too high: after a few measured prefills the window (1 s) holds about
+    4 predicted seconds of requests, not 1."""
+    from pdserve.router.tenants.gate import CostScale
+
+    g = TierGate("prefill", FairQueue(lambda: 1.0), lambda: 0.0, 5.0, CostScale(weight=1.0))
+    first = await g.enter(A, 0.8)
+    first.leave(measured_cost=0.2)
+    held = [await asyncio.wait_for(g.enter(A, 0.8), 0.1) for _ in range(5)]
+    assert g.queue.running_cost == pytest.approx(1.0)
+    waiting = asyncio.create_task(g.enter(A, 0.8))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    for p in held:
+        p.leave(0.2)
+    (await waiting).leave(0.2)

@@ -58,6 +58,7 @@ class _TenantState:
     weight: float
     finish_tag: float = 0.0
     running_cost: float = 0.0
+    num_running: int = 0
     waiting: list[tuple[int, int, Ticket]] = field(default_factory=list)
     """Heap of (request priority, arrival seq, ticket)."""
 
@@ -78,6 +79,7 @@ class FairQueue:
         self._seq = itertools.count()
         self._virtual_time = 0.0
         self.running_cost = 0.0
+        self.num_running = 0
         self.num_waiting = 0
 
     def waiting(self, tenant: str) -> int:
@@ -116,8 +118,14 @@ class FairQueue:
             return []
         ticket.done = True
         state = self._tenants[ticket.tenant]
-        state.running_cost = max(0.0, state.running_cost - ticket.cost)
-        self.running_cost = max(0.0, self.running_cost - ticket.cost)
+        state.num_running -= 1
+        self.num_running -= 1
+        # Exactly 0 when nothing runs: float sums drift, and "nothing runs" lets a request
+        # bigger than the window start.
+        state.running_cost = (
+            max(0.0, state.running_cost - ticket.cost) if state.num_running else 0.0
+        )
+        self.running_cost = max(0.0, self.running_cost - ticket.cost) if self.num_running else 0.0
         if measured_cost is not None and self._mode == "service":
             state.finish_tag += (max(0.0, measured_cost) - ticket.cost) / state.weight
         return self._start_what_fits()
@@ -145,7 +153,7 @@ class FairQueue:
         while self.num_waiting:
             name, start_tag = self._next()
             ticket = self._tenants[name].waiting[0][2]
-            if self.running_cost > 0 and self.running_cost + ticket.cost > capacity:
+            if self.num_running and self.running_cost + ticket.cost > capacity:
                 break
             self._start(name, start_tag, started, advance=True)
         if self.num_waiting:
@@ -163,8 +171,7 @@ class FairQueue:
         active = sum(
             st.weight
             for st in self._tenants.values()
-            if st.running_cost > 0
-            or (st.waiting and st.waiting[0][2].tenant_priority == best_class)
+            if st.num_running or (st.waiting and st.waiting[0][2].tenant_priority == best_class)
         )
         for name, state in self._tenants.items():
             while state.waiting and state.waiting[0][2].tenant_priority == best_class:
@@ -182,7 +189,9 @@ class FairQueue:
         self.num_waiting -= 1
         ticket.running = True
         state.running_cost += ticket.cost
+        state.num_running += 1
         self.running_cost += ticket.cost
+        self.num_running += 1
         if self._mode == "service":
             if advance:
                 self._virtual_time = start_tag

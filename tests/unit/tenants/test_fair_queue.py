@@ -185,3 +185,13 @@ def test_capacity_is_read_live() -> None:
     assert q.poke() == [waiting]
     with pytest.raises(QueueFull):
         FairQueue(lambda: 1.0, max_queued_per_tenant=0).offer("a", 1.0)
+
+
+def test_nothing_running_is_exactly_nothing_despite_float_drift() -> None:
+    q = FairQueue(lambda: 1.0)
+    tickets = [q.offer("a", c)[0] for c in (0.049, 0.256, 0.231)]  # sums drift
+    for t in tickets:
+        q.release(t)
+    assert q.running_cost == 0.0
+    big, _ = q.offer("a", 5.0)
+    assert big.running, "a request bigger than the window runs when nothing else does"

@@ -97,3 +97,48 @@ async def test_the_prefill_window_is_sized_in_measured_seconds() -> None:
     for p in held:
         p.leave(0.2)
     (await waiting).leave(0.2)
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_random_traffic_with_timeouts_and_cancellations_leaves_nothing_held(
+    seed: int,
+) -> None:
+    """Hundreds of requests of three tenants through both tiers; some time out, some are
+    cancelled while waiting or holding: at the end both tiers are empty."""
+    import random
+
+    from pdserve.router.tenants.gate import TierGates
+
+    rng = random.Random(seed)
+    loop = asyncio.get_running_loop()
+    gates = TierGates.build(lambda: 0.1, lambda: 4.0, loop.time, 0.05, 8)
+    tenants = [Tenant("a"), Tenant("b", 3.0), Tenant("c", 1.0, 1)]
+
+    async def one() -> None:
+        t = rng.choice(tenants)
+        try:
+            p = await gates.prefill.enter(t, rng.uniform(0.01, 0.2))
+        except AdmissionRejected:
+            return
+        try:
+            d = await gates.decode.enter(t, 1.0)
+        except AdmissionRejected:
+            p.leave()
+            return
+        try:
+            await asyncio.sleep(rng.uniform(0, 0.01))
+            p.leave(rng.uniform(0.005, 0.3) if rng.random() < 0.8 else None)
+            await asyncio.sleep(rng.uniform(0, 0.02))
+        finally:
+            p.leave()
+            d.leave()
+
+    tasks = [asyncio.create_task(one()) for _ in range(300)]
+    for task in tasks[::7]:
+        await asyncio.sleep(0.001)
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert gates.decode is not None
+    for g in (gates.prefill, gates.decode):
+        assert g.queue.running_cost == 0.0 and g.queue.num_running == 0
+        assert g.queue.num_waiting == 0

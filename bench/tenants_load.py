@@ -115,11 +115,12 @@ class TenantClient:
                     extra_headers=headers,
                 )
                 first = None
-                if self._stream:
-                    async for chunk in raw.parse():
+                answer = raw.parse()
+                if isinstance(answer, openai.AsyncStream):
+                    async for chunk in answer:
                         if first is None and chunk.choices and chunk.choices[0].text:
                             first = self._clock()
-                elif raw.parse().choices[0].text:
+                elif answer.choices and answer.choices[0].text:
                     first = self._clock()
                 out.attempts.append(Attempt(raw.status_code, _rate(raw.headers)))
                 out.ttft_s = None if first is None else first - start

@@ -120,9 +120,10 @@ class TenantsConfig(StrictModel):
     fair_share: bool = Field(
         default=True,
         description=(
-            "Queue in front of saturated tiers and serve tenants by weight. Off: tiers take "
-            "requests in arrival order up to the admission bounds (one busy tenant can hold "
-            "them all)."
+            "Queue in front of saturated tiers and serve tenants by weight, when more than "
+            "one tenant has keys (with one tenant there is nothing to share: no queues). Off: "
+            "tiers take requests in arrival order up to the admission bounds (one busy tenant "
+            "can hold them all)."
         ),
     )
     prefill_seconds_per_replica: float = Field(

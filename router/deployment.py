@@ -98,7 +98,8 @@ class Router:
             aggregated=self._config.aggregated,
             kv_verify_fraction=self._config.kv_transfer.verify_fraction,
             handoff_swapper=HandoffSwapper(faults) if faults.armed else None,
-            gates=tier_gates(router, placer),
+            # One tenant (no keys, or keys of one tenant): nothing to share, no queues.
+            gates=tier_gates(router, placer) if self._directory.shared else None,
         )
         self._observer = RouterObserver(
             RouterMetrics(),

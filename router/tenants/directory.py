@@ -90,6 +90,11 @@ class TenantDirectory:
         return cls(by_digest, default, config.protect_metrics)
 
     @property
+    def shared(self) -> bool:
+        """More than one tenant has keys: there is something to share fairly."""
+        return len({t.name for t in self._by_digest.values()}) > 1
+
+    @property
     def enabled(self) -> bool:
         """Whether any key is configured (else the API is open)."""
         return bool(self._by_digest)

@@ -149,7 +149,13 @@ def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -
     from pdserve.kv_transfer.integrity import FAILURE_REASONS
     from pdserve.names import POOLS
     from pdserve.router.context.layout import PARTS
-    from pdserve.router.metric_catalog import CATALOG, DECISIONS, INPUT_BUCKETS, REJECT_REASONS
+    from pdserve.router.metric_catalog import (
+        CATALOG,
+        DECISIONS,
+        INPUT_BUCKETS,
+        REJECT_REASONS,
+        TENANT_TOKEN_KINDS,
+    )
     from pdserve.router.observe import FallbackReason
 
     cluster.client().completions.create(model="pdserve-demo", prompt="label me", max_tokens=2)
@@ -165,6 +171,9 @@ def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -
         "cached": {"true", "false"},
         # pdserve_kv_integrity_failures_total reports every reason from the first scrape.
         "reason": set(FAILURE_REASONS) | set(REJECT_REASONS) | set(get_args(FallbackReason)),
+        "tenant": {"default"},  # this cluster has no keys: one tenant
+        "tier": {"prefill", "decode"},
+        "kind": set(TENANT_TOKEN_KINDS),
     }
     seen = set()
     for family in text_string_to_metric_families(text):

@@ -24,7 +24,10 @@ from tests.integration.two_prefill.settings import RAY_PORT_2P1D
 
 def _complete(http: httpx.Client, prompt: str, policy: str) -> httpx.Response:
     body = {"model": "pdserve-demo", "prompt": prompt, "max_tokens": 8, "temperature": 0}
-    return http.post("/v1/completions", json=body, headers={"x-pdserve-policy": policy})
+    # Fair sharing off: this cluster has tenants, and with sharing the router would hold the
+    # excess in its own queue instead of letting the prefill engines back up.
+    headers = {"x-pdserve-policy": policy, "x-pdserve-fair-share": "off"}
+    return http.post("/v1/completions", json=body, headers=headers)
 
 
 def _queued(http: httpx.Client) -> list[int]:

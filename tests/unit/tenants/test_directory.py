@@ -83,3 +83,10 @@ def test_a_bad_tenant_file_names_the_problem_not_the_key(
         load(tmp_path, text)
     assert problem in str(err.value)
     assert "sk-secret" not in str(err.value)
+
+
+def test_sharing_needs_two_tenants_with_keys(tmp_path: Path) -> None:
+    assert not TenantDirectory.load(AuthConfig(), {}).shared
+    assert not TenantDirectory.load(AuthConfig(), {"PDSERVE_API_KEY": "sk-a,sk-b"}).shared
+    assert load(tmp_path, "sk-one\nsk-two\n").shared  # a plain list: a tenant per key
+    assert load(tmp_path, TENANT_FILE % key_digest("sk-batch")).shared

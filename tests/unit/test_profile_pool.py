@@ -113,11 +113,15 @@ def _run(transport: httpx.MockTransport, *args: str) -> Any:
 
 
 def _earlier_report(
-    tmp_path: pathlib.Path, prefill_factor: float, decode_factor: float = 1.0, tag: str = ""
+    tmp_path: pathlib.Path,
+    prefill_factor: float,
+    decode_step_s: float | None = None,
+    tag: str = "",
 ) -> pathlib.Path:
     """A report of one run on the mock router, its prefill times and serving hops scaled by
-    `prefill_factor` (a host that was that much slower while it was profiled), its decode
-    steps by `decode_factor`."""
+    `prefill_factor` (a host that was that much slower while it was profiled), every decode
+    step set to `decode_step_s` when given (the mock's own steps are the client's parse time
+    of a whole response, microseconds that a loaded host moves by any factor)."""
     path = tmp_path / f"earlier-{prefill_factor}{tag}.json"
     result = _run(mock_router(cold_tokens=128), *QUICK, "--json", str(path))
     assert result.exit_code == 0, result.output
@@ -128,7 +132,8 @@ def _earlier_report(
         sample["prefill_hops_s"] *= prefill_factor
         sample["decode_hops_s"] *= prefill_factor
     for sample in doc["decode_samples"]:
-        sample["step_s"] *= decode_factor
+        if decode_step_s is not None:
+            sample["step_s"] = decode_step_s
     path.write_text(json.dumps(doc))
     return path
 
@@ -216,9 +221,10 @@ def test_pool_drift_warning_says_which_way_this_run_is_off() -> None:
 
 
 def test_profile_warns_when_this_run_is_far_off_the_pool(tmp_path: pathlib.Path) -> None:
-    """Pooled with two runs whose decode steps took 0.4x this run's, the fit sits near theirs
-    and this run's steps are far slower than it: the command warns, and still writes."""
-    pool = [_earlier_report(tmp_path, 1.0, decode_factor=0.4, tag=f"-fast-{t}") for t in "ab"]
+    """Pooled with two runs whose decode steps took a nanosecond (far under any step this run
+    can measure), the fit sits well under this run's steps: the command warns, and still
+    writes."""
+    pool = [_earlier_report(tmp_path, 1.0, decode_step_s=1e-9, tag=f"-fast-{t}") for t in "ab"]
     out = tmp_path / "now.json"
     args = [*QUICK, "--json", str(out)]
     for path in pool:

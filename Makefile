@@ -6,7 +6,7 @@ CONFIG ?= deploy/local.yaml
 STAMP := $(VENV)/.pdserve-installed
 DEV_STAMP := $(VENV)/.pdserve-dev-installed
 
-.PHONY: install install-dev up down test lint typecheck unit integration clean
+.PHONY: install install-dev up down test lint typecheck unit integration clean report-screenshots
 
 install: $(STAMP)
 
@@ -46,6 +46,10 @@ test: lint typecheck
 	$(PY) -m pytest tests/unit tests/chart tests/packaging -q -ra -p no:cacheprovider \
 		-n auto --maxprocesses=4 --durations=10
 	$(PY) -m pytest tests/integration -q -ra -p no:cacheprovider --durations=15
+
+## Regenerate bench/README.md's report screenshots from real short runs (~8 min, CPU).
+report-screenshots: install-dev
+	bash scripts/report-screenshots.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mypy_tree

@@ -89,7 +89,8 @@ def bench(
         _opt(
             "policies",
             "--compare",
-            " Comma-separated, e.g. round_robin,pdserve or kv-verify:on,kv-verify:off.",
+            " Comma-separated, e.g. round_robin,pdserve, kv-verify:on,kv-verify:off or"
+            " round_robin,itl-guard:off,itl-guard:on.",
         ),
     ] = None,
     deployments: Annotated[
@@ -98,6 +99,7 @@ def bench(
     ] = None,
     rounds: Annotated[int | None, _opt("rounds")] = None,
     json_path: Annotated[pathlib.Path | None, _opt("json_path", "--json")] = None,
+    report_dir: Annotated[pathlib.Path | None, _opt("report_dir", "--report")] = None,
 ) -> None:
     """Benchmark an OpenAI-compatible endpoint (streaming TTFT/ITL/TPOT/E2E, goodput),
     optionally comparing routing policies (--compare A,B) or whole deployments the bench
@@ -150,6 +152,7 @@ def bench_overload(
     health_probes_per_s: Annotated[float | None, _oopt("health_probes_per_s")] = None,
     max_reject_health_ratio: Annotated[float | None, _oopt("max_reject_health_ratio")] = None,
     json_path: Annotated[pathlib.Path | None, _oopt("json_path", "--json")] = None,
+    report_dir: Annotated[pathlib.Path | None, _oopt("report_dir", "--report")] = None,
 ) -> None:
     """Overload test: closed loops of far more clients than the server sustains (e.g. 32 then
     320); checks that every attempt is 200 or 429, 429s are fast with Retry-After, and admitted
@@ -200,6 +203,7 @@ def bench_faults(
     recover_timeout_s: Annotated[float | None, _fopt("recover_timeout_s")] = None,
     request_timeout_s: Annotated[float | None, _fopt("request_timeout_s")] = None,
     json_path: Annotated[pathlib.Path | None, _fopt("json_path", "--json")] = None,
+    report_dir: Annotated[pathlib.Path | None, _fopt("report_dir", "--report")] = None,
 ) -> None:
     """Fault test of a local cluster: under a steady stream load, kill or freeze a real
     prefill engine, kill the decode engine mid-stream, and abandon requests between prefill

@@ -13,7 +13,15 @@ from pdserve.router.policy.strict import StrictModel
 Workload = Literal["mixed", "agent", "synthetic", "trace"]
 DEFAULT_POLICY = "default"
 KV_VERIFY_PHASES = ("kv-verify:on", "kv-verify:off")
+ITL_GUARD_PHASES = ("itl-guard:on", "itl-guard:off")
 """--compare phases that turn the KV check on or off (bench/payload.py sends the header)."""
+
+
+REPORT_DIR_DESCRIPTION = (
+    "Write an HTML report (index.html, charts inline, opens offline) and the JSON it was "
+    "drawn from (data.json) into this folder."
+)
+"""The `--report DIR` option of every bench command (pdserve.report draws the page)."""
 
 
 class BenchConfig(StrictModel):
@@ -81,7 +89,8 @@ class BenchConfig(StrictModel):
         default=(),
         description=(
             "--compare: x-pdserve-policy values, one phase each; `kv-verify:on` and "
-            "`kv-verify:off` keep the router's policy and turn the KV check on or off."
+            "`kv-verify:off` keep the router's policy and turn the KV check on or off; "
+            "`itl-guard:on` and `itl-guard:off` the ITL guard."
         ),
     )
     deployments: tuple[str, ...] = Field(
@@ -95,6 +104,7 @@ class BenchConfig(StrictModel):
     )
     rounds: int = Field(default=1, gt=0, description="Alternations of the compared phases.")
     json_path: pathlib.Path | None = Field(default=None, description="Write the JSON report.")
+    report_dir: pathlib.Path | None = Field(default=None, description=REPORT_DIR_DESCRIPTION)
 
     @field_validator("input_dist", "output_dist")
     @classmethod
@@ -112,6 +122,9 @@ class BenchConfig(StrictModel):
         bad = [p for p in value if p.startswith("kv-verify:") and p not in KV_VERIFY_PHASES]
         if bad:
             raise ValueError(f"--compare: use kv-verify:on or kv-verify:off, not {bad}")
+        bad = [p for p in value if p.startswith("itl-guard:") and p not in ITL_GUARD_PHASES]
+        if bad:
+            raise ValueError(f"--compare: use itl-guard:on or itl-guard:off, not {bad}")
         return value
 
     @field_validator("deployments")

@@ -51,7 +51,13 @@ async def run_deployments(
             try:
                 setup.start()
                 one = cfg.model_copy(
-                    update={"url": setup.url, "deployments": (), "rounds": 1, "json_path": None}
+                    update={
+                        "url": setup.url,
+                        "deployments": (),
+                        "rounds": 1,
+                        "json_path": None,
+                        "report_dir": None,
+                    }
                 )
                 client = BenchClient(setup.url, cfg.concurrency, cfg.request_timeout_s, clock=clock)
                 try:

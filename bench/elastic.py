@@ -2,7 +2,7 @@
 running cluster whose pools autoscale (deploy/local-autoscale.yaml), while the router's view of
 each pool (ready replicas, Ray Serve's target) is sampled every `--sample-s`.
 
-    python -m pdserve.bench.elastic --url http://127.0.0.1:8000 --json out.json
+    python -m pdserve.bench.elastic --url http://127.0.0.1:8000 --json out.json [--report DIR]
 
 A load phase runs closed-loop streaming clients until its pool has `--scaled-replicas` ready
 replicas and then `--hold-s` more (at most `--max-phase-s`); an idle phase waits until every
@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import json
 import os
+import pathlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -47,6 +48,9 @@ class _Run:
         self.args = args
         self.t0 = time.monotonic()
         self.samples: list[Sample] = []
+        self.requests: list[dict[str, Any]] = []
+        """Every request of the load phases: phase, start and answer times (seconds since the
+        run started), ok."""
         self._http = httpx.AsyncClient(
             base_url=args.url, headers=client_headers(os.environ), timeout=10
         )
@@ -119,13 +123,17 @@ class _Run:
             )
 
         results = await self.load(clients, prompt, output, done)
+        self.requests += [
+            {"phase": name, "start_s": r.start_s, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "ok": r.ok}
+            for r in results
+        ]
         return summarize_phase(name, start, self.now() - start, results)
 
     async def close(self) -> None:
         await self._http.aclose()
 
 
-async def _main(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
     run = _Run(args)
     stop = asyncio.Event()
     sampler = asyncio.create_task(run.sampler(stop))
@@ -138,6 +146,8 @@ async def _main(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     return {
         "phases": [asdict(p) for p in phases],
         "changes": [asdict(c) for c in changes(run.samples)],
+        "samples": [asdict(s) for s in run.samples],
+        "requests": run.requests,
     }
 
 
@@ -145,7 +155,7 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def render(report: dict[str, list[dict[str, Any]]]) -> Group:
+def render(report: dict[str, Any]) -> Group:
     """The phases table and the replica changes, for the terminal."""
     phases = Table(title="Phases", title_justify="left")
     for col in ("phase", "start s", "duration s", "requests", "failed", "TTFT p50 s",
@@ -173,6 +183,12 @@ def main() -> None:
     ap.add_argument("--hold-s", type=float, default=20.0)
     ap.add_argument("--max-phase-s", type=float, default=300.0)
     ap.add_argument("--json", default=None, help="write the report here")
+    ap.add_argument(
+        "--report",
+        default=None,
+        help="write an HTML report (replicas, TTFT and answers over time, scale events marked) "
+        "and the JSON it was drawn from into this folder",
+    )
     args = ap.parse_args()
     report = asyncio.run(_main(args))
     console = Console()
@@ -182,6 +198,11 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
+    if args.report:
+        from pdserve.report.cli import write_page_report
+        from pdserve.report.elastic_page import elastic_page
+
+        write_page_report(elastic_page(report), report, pathlib.Path(args.report), console)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import pathlib
 
 from pydantic import Field
 
+from pdserve.bench.config import REPORT_DIR_DESCRIPTION
 from pdserve.bench.faults import FAULTS, FaultName
 from pdserve.router.policy.strict import StrictModel
 
@@ -63,3 +64,4 @@ class FaultsConfig(StrictModel):
         "decode.unresponsive_after_seconds (or the stall is treated as a hang).",
     )
     json_path: pathlib.Path | None = Field(default=None, description="Write the JSON report.")
+    report_dir: pathlib.Path | None = Field(default=None, description=REPORT_DIR_DESCRIPTION)

@@ -12,7 +12,6 @@ how long the prefill engines hold the abandoned KV.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import signal
@@ -233,11 +232,16 @@ def run_bench_faults(cfg: FaultsConfig, console: Console) -> int:
         return 2
     rows = [r.row for r in runs]
     console.print(markdown_table(rows), markup=False, highlight=False, soft_wrap=True)
+    from pdserve.report.faults_page import faults_document, faults_page
+
+    doc = faults_document(
+        cfg.model_dump(mode="json"), [(r.row, r.outcomes, r.fault_s) for r in runs]
+    )
     if cfg.json_path is not None:
-        report = {
-            "config": cfg.model_dump(mode="json"),
-            "rows": [dataclasses.asdict(r) for r in rows],
-        }
-        cfg.json_path.write_text(json.dumps(report, indent=2) + "\n")
+        cfg.json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    if cfg.report_dir is not None:
+        from pdserve.report.cli import write_page_report
+
+        write_page_report(faults_page(doc), doc, cfg.report_dir, console)
     failed = [r for r in rows if r.lost or r.recovered_s is None]
     return 1 if failed else 0

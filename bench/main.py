@@ -102,6 +102,13 @@ def run_bench(cfg: BenchConfig, console: Console) -> int:
         cfg.json_path.parent.mkdir(parents=True, exist_ok=True)
         cfg.json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
         console.print(f"JSON report written to {cfg.json_path}")
+    if cfg.report_dir is not None:
+        from pdserve.report.bench_page import bench_page
+        from pdserve.report.cli import write_page_report
+
+        write_page_report(
+            bench_page(report), report.model_dump(mode="json"), cfg.report_dir, console
+        )
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     ok = sum(p.num_requests - p.num_errors for p in report.policies.values())

@@ -44,6 +44,16 @@ class LevelOutcome:
     health_s: tuple[float | None, ...] = ()
 
 
+class AttemptRecord(ReportModel):
+    """One attempt as the client saw it (seconds; `start_s` from the level's first send):
+    `kind` is ok, rejected (429), 5xx, timeout or other."""
+
+    start_s: float
+    e2e_s: float
+    ttft_s: float | None
+    kind: str
+
+
 class LevelReport(ReportModel):
     """One load level. Latencies in seconds; None where there is no data."""
 
@@ -77,6 +87,8 @@ class LevelReport(ReportModel):
     output_tokens_per_s: float | None
     wall_s: float
     errors: dict[str, int]
+    attempts: list[AttemptRecord] | None = None
+    """Every attempt in send order (None in reports written before they were kept)."""
 
 
 class Check(ReportModel):
@@ -144,6 +156,10 @@ def build_level(level: LevelOutcome) -> LevelReport:
         retry_after_p50_s=summarize(
             [r.retry_after_s for r in rejected if r.retry_after_s is not None]
         ).p50,
+        attempts=[
+            AttemptRecord(start_s=r.start_s, e2e_s=r.e2e_s, ttft_s=r.ttft_s, kind=_kind(r))
+            for r in sorted(level.attempts, key=lambda r: r.start_s)
+        ],
         num_health_probes=len(level.health_s),
         num_health_failed=len(level.health_s) - len(health),
         health_latency_p50_s=percentile(health, 50),

@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from pdserve.bench.config import BenchConfig
+from pdserve.bench.config import REPORT_DIR_DESCRIPTION, BenchConfig
 from pdserve.router.policy.strict import StrictModel
 
 
@@ -64,6 +64,7 @@ class OverloadConfig(StrictModel):
         "during the same level.",
     )
     json_path: pathlib.Path | None = Field(default=None, description="Write the JSON report.")
+    report_dir: pathlib.Path | None = Field(default=None, description=REPORT_DIR_DESCRIPTION)
 
     @model_validator(mode="after")
     def _levels(self) -> Self:

@@ -226,6 +226,12 @@ def run_overload(cfg: OverloadConfig, console: Console) -> int:
         cfg.json_path.parent.mkdir(parents=True, exist_ok=True)
         cfg.json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
         console.print(f"JSON report written to {cfg.json_path}")
+    if cfg.report_dir is not None:
+        from pdserve.report.cli import write_page_report
+        from pdserve.report.overload_page import overload_page
+
+        data = report.model_dump(mode="json")
+        write_page_report(overload_page(report), data, cfg.report_dir, console)
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if report.passed else EXIT_FAILED

@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.bench.models import RequestSpec
-from pdserve.router.headers import CONVERSATION_HEADER, KV_VERIFY_HEADER, POLICY_HEADER
+from pdserve.router.headers import (
+    CONVERSATION_HEADER,
+    ITL_GUARD_HEADER,
+    KV_VERIFY_HEADER,
+    POLICY_HEADER,
+)
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -32,15 +37,21 @@ def request_body(spec: RequestSpec, model: str) -> dict[str, Any]:
 KV_VERIFY_PHASE = "kv-verify:"
 """A --compare phase named `kv-verify:on` / `kv-verify:off` keeps the router's policy and
 sends the x-pdserve-kv-verify header instead (the KV check on or off for its requests)."""
+ITL_GUARD_PHASE = "itl-guard:"
+"""A --compare phase named `itl-guard:on` / `itl-guard:off` keeps the router's policy and
+sends the x-pdserve-itl-guard header (the ITL guard on or off for its requests)."""
 
 
 def request_headers(policy: str | None, conversation: str | None = None) -> dict[str, str]:
     """The compared phase's header (None: no header): x-pdserve-policy, or for a
-    `kv-verify:on|off` phase x-pdserve-kv-verify; and the conversation header of an agent's
+    `kv-verify:on|off` phase x-pdserve-kv-verify, for an `itl-guard:on|off` phase
+    x-pdserve-itl-guard; and the conversation header of an agent's
     steps."""
     headers: dict[str, str] = {}
     if policy is not None and policy.startswith(KV_VERIFY_PHASE):
         headers[KV_VERIFY_HEADER] = policy.removeprefix(KV_VERIFY_PHASE)
+    elif policy is not None and policy.startswith(ITL_GUARD_PHASE):
+        headers[ITL_GUARD_HEADER] = policy.removeprefix(ITL_GUARD_PHASE)
     elif policy is not None:
         headers[POLICY_HEADER] = policy
     if conversation is not None:

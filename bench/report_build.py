@@ -29,17 +29,20 @@ from pdserve.bench.report import (
 from pdserve.bench.rounds import round_rates, round_values
 from pdserve.bench.stats import mean, ratio
 
+ITL_FIELDS = ("itl_p50_s", "itl_p90_s", "itl_p99_s")
+"""Inter-token latency beside TTFT in every comparison: what a local prefill or a stalled
+decode step costs the streams shows in its tail (p90, p99) before its median."""
 RATIO_FIELDS = (
-    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "tpot_p50_s", "e2e_p50_s",
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", *ITL_FIELDS, "tpot_p50_s", "e2e_p50_s",
     "e2e_p99_s", "requests_per_s", "output_tokens_per_s", "goodput_fraction",
 )  # fmt: skip
 TOKEN_RATIO_FIELDS = ("prompt_tokens_total", "cached_tokens_total", "prefilled_tokens_total")
-CLASS_RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "requests_per_s")
-ROUND_RATIO_FIELDS = (
-    "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p99_s", "requests_per_s",
-)  # fmt: skip
+CLASS_RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", *ITL_FIELDS, "e2e_p99_s", "requests_per_s")
+ROUND_RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", *ITL_FIELDS, "e2e_p99_s", "requests_per_s")
 """Ratios also given round by round (with --rounds N, N >= 2): latency percentiles and the
 request rate."""
+CLASS_ROUND_RATIO_FIELDS = ("ttft_p50_s", "ttft_p99_s", *ITL_FIELDS)
+"""Per request class, round by round: TTFT and ITL percentiles."""
 
 
 def round_ratios(
@@ -243,7 +246,7 @@ def compute_ratios(policies: dict[str, PolicyReport]) -> dict[str, dict[str, Any
             if (per_round := round_ratios(new, base, None, f)) is not None:
                 rounds[f] = per_round
         for cls in values.get("classes") or {}:
-            for f in ("ttft_p50_s", "ttft_p99_s"):
+            for f in CLASS_ROUND_RATIO_FIELDS:
                 if (per_round := round_ratios(new, base, cls, f)) is not None:
                     rounds[f"{cls}:{f}"] = per_round
         if rounds:

@@ -20,6 +20,7 @@ from pdserve.config import PdserveConfig
 from pdserve.context.cli import context_app
 from pdserve.kv_transfer.fabric_check.cli import kv_check
 from pdserve.profiling.cli import profile
+from pdserve.report.cli import report_app
 from pdserve.sim.check_cli import sim_check
 from pdserve.sim.cli import simulate
 from pdserve.sim.tune_cli import tune
@@ -109,6 +110,11 @@ app.add_typer(
     context_app,
     name="context",
     short_help="What-ifs on a recorded agent run's context: trimming vs prefill and prefix cache.",
+)
+app.add_typer(
+    report_app,
+    name="report",
+    short_help="HTML reports of bench runs and prediction checks: redraw one, look at one.",
 )
 app.add_typer(
     tenants_app,

@@ -211,9 +211,10 @@ class BucketCounts:
         if not self.counts:
             self.counts = [0] * (len(self.bounds) + 1)
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
+    def observe(self, value: float, times: int = 1) -> None:
+        """Count `value` `times` times (a step's seconds once per stream that waited on it)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.sum += value * times
 
     def report(self) -> dict[str, Any]:
         """JSON-able form for the routing stats: `{"counts": [...], "sum": float}`."""

@@ -37,6 +37,7 @@ from pdserve.router.errors import (
 from pdserve.router.headers import (
     DECISION_HEADER,
     FAIR_SHARE_HEADER,
+    ITL_GUARD_HEADER,
     KV_VERIFY_HEADER,
     POLICY_HEADER,
     PROMPT_COST_HEADER,
@@ -46,6 +47,7 @@ from pdserve.router.headers import (
 )
 from pdserve.router.observe import Endpoint, RequestObservation, RouterObserver
 from pdserve.router.orchestrate import Generation, Orchestrator
+from pdserve.router.policy.itl_guard import ItlCost
 from pdserve.router.prepare import PreparedRequest, RequestPreparer
 from pdserve.router.responses import ResponseBuilder
 from pdserve.router.tenants.directory import Tenant
@@ -131,6 +133,7 @@ class CompletionHandler:
             policy = self._policy_of(request)
             kv_verify = self._kv_verify_of(request)
             fair_share = self._fair_share_of(request)
+            itl_guard = self._itl_guard_of(request)
             reserved = self._limiter.reserve_tokens(
                 tenant, len(prepared.prompt_token_ids), prepared.sampling.max_tokens
             )
@@ -155,7 +158,13 @@ class CompletionHandler:
         created = int(time.time())
         with _ends(obs, request):
             generation = await self._orchestrator.run(
-                prepared, obs, policy, kv_verify, tenant=tenant, fair_share=fair_share
+                prepared,
+                obs,
+                policy,
+                kv_verify,
+                tenant=tenant,
+                fair_share=fair_share,
+                itl_guard=itl_guard,
             )
         builder = ResponseBuilder(
             kind=endpoint,
@@ -226,6 +235,10 @@ class CompletionHandler:
 
     def _fair_share_of(self, request: Request) -> bool | None:
         value = self._override(request, FAIR_SHARE_HEADER, ("on", "off"))
+        return None if value is None else value == "on"
+
+    def _itl_guard_of(self, request: Request) -> bool | None:
+        value = self._override(request, ITL_GUARD_HEADER, ("on", "off"))
         return None if value is None else value == "on"
 
     def _kv_verify_of(self, request: Request) -> bool | None:
@@ -326,6 +339,21 @@ def _request_id(request: Request) -> str:
     return uuid.uuid4().hex
 
 
+def _itl_json(verdict: str | None, c: ItlCost) -> dict[str, object]:
+    """The ITL guard's part of x-pdserve-decision: its verdict, the decode streams' ITL
+    budget, the predicted step with a prompt chunk, the streams, chunk tokens and steps, and
+    each stream's predicted stall."""
+    return {
+        "verdict": verdict,
+        "budget_s": round(c.budget_s, 4),
+        "step_s": round(c.step_s, 4),
+        "streams": c.streams,
+        "chunk_tokens": c.chunk_tokens,
+        "steps": c.steps,
+        "stall_s": round(c.stall_s, 4),
+    }
+
+
 def _headers(obs: RequestObservation) -> dict[str, str]:
     """x-pdserve-decision (when the policy placed it), x-pdserve-timing (the stages so far)
     and x-pdserve-served-by (the replicas that really served it, from their replies).
@@ -349,6 +377,7 @@ def _headers(obs: RequestObservation) -> dict[str, str]:
                 "predicted_ttft_s": {k: round(v, 4) for k, v in d.predicted_ttft_s.items()},
                 "cached_tokens": d.num_cached_tokens,
                 "reason": d.reason,
+                **({"itl": _itl_json(d.itl, d.itl_cost)} if d.itl_cost is not None else {}),
                 **({"fallbacks": obs.fallbacks} if obs.fallbacks else {}),
                 **({"kv_verify": True} if t.kv_verified else {}),
                 **({"recomputed": f"integrity:{t.kv_recomputed}"} if t.kv_recomputed else {}),

@@ -31,8 +31,8 @@ from pdserve.router.metrics import RouterMetrics
 from pdserve.router.observe import RouterObserver
 from pdserve.router.orchestrate import Orchestrator
 from pdserve.router.placement import Placer
-from pdserve.router.policy.pipeline import warm_up_kernels
 from pdserve.router.policy.prefix_index import PrefixIndex
+from pdserve.router.policy.warmup import warm_up_kernels
 from pdserve.router.prepare import RequestPreparer
 from pdserve.router.prompts import PromptRenderer
 from pdserve.router.replica_metrics import ReplicaMetricsAddress

@@ -29,5 +29,10 @@ FAIR_SHARE_HEADER = "x-pdserve-fair-share"
 """Request: `on` or `off`, queue this request in the tiers' fair queues or not, whatever
 router.tenants.fair_share says (only with router.allow_policy_override: `pdserve bench-tenants`
 compares both in one run)."""
+ITL_GUARD_HEADER = "x-pdserve-itl-guard"
+"""Request: `on` or `off`, weigh a prefill on the decode replica against its streams' ITL
+budget or not, whatever router.routing.itl_slo_s says (`on` needs an itl_slo_s to apply; only
+with router.allow_policy_override: `pdserve profile` measures local prefills beside streams
+with it off, and comparisons can run both in one run)."""
 TENANT_HEADER = "x-pdserve-tenant"
 """Response: the tenant the request's key belongs to (a name from the key file, never a key)."""

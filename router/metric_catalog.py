@@ -193,6 +193,28 @@ CATALOG: tuple[MetricSpec, ...] = (
         scope="cluster",
     ),
     MetricSpec(
+        "pdserve_decode_stall_seconds",
+        "histogram",
+        "Time decode streams waited on engine steps that also carried prefill (a local "
+        "prefill or spill-over on a decode engine, a KV-integrity recompute): one observation "
+        "per decoding stream per such step, the step's seconds (the inter-token gap that "
+        "stream saw on it); the sum is the stream-seconds spent waiting on those steps. "
+        "Measured by the engines' schedulers, by pool; from the replicas' routing stats.",
+        ("pool",),
+        measured_by_engines=True,
+        scope="cluster",
+    ),
+    MetricSpec(
+        "pdserve_itl_guard_decisions",
+        "counter",
+        "Prefills on a decode replica that the ITL guard weighed (router.routing.itl_slo_s; "
+        "streams were decoding there), by verdict: worth (prefilled there), not_worth (the "
+        "TTFT saved was less than stall_weight x the streams' stall) or no_headroom (a "
+        "minimum chunk would take a step over the ITL SLO); the last two went to the prefill "
+        "pool.",
+        ("verdict",),
+    ),
+    MetricSpec(
         "pdserve_kv_transfer_bytes",
         "histogram",
         "Bytes per NIXL KV transfer, as the pulling engine's NixlConnector counted them, by "

@@ -25,6 +25,7 @@ class RouterMetrics:
         self.rejected: Counter = made["pdserve_requests_rejected"]  # type: ignore[assignment]
         self.refusal_seconds: Histogram = made["pdserve_router_refusal_seconds"]  # type: ignore[assignment]
         self.fallbacks: Counter = made["pdserve_fallbacks"]  # type: ignore[assignment]
+        self.itl_guard: Counter = made["pdserve_itl_guard_decisions"]  # type: ignore[assignment]
         self.kv_transfers: Counter = made["pdserve_kv_transfers"]  # type: ignore[assignment]
         self.kv_transfer_failures: Counter = made["pdserve_kv_transfer_failures"]  # type: ignore[assignment]
         self.kv_expired: Counter = made["pdserve_kv_expired"]  # type: ignore[assignment]

@@ -132,6 +132,8 @@ class RequestObservation:
     def placed(self, decision: Decision | None) -> None:
         """The policy chose where the request runs (None: Ray Serve's load balancing)."""
         self.decision = decision
+        if decision is not None and decision.itl is not None:
+            self._owner.metrics.itl_guard.labels(decision.itl).inc()
 
     def dispatched(self, num_prompt_tokens: int, local_prefill: bool) -> None:
         """The prefill was sent: to a prefill replica, or (local) with the decode request.

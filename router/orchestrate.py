@@ -178,20 +178,22 @@ class Orchestrator:
         *,
         tenant: Tenant | None = None,
         fair_share: bool | None = None,
+        itl_guard: bool | None = None,
     ) -> Generation:
         """Place the request, prefill it (remotely, or locally on decode) and return the
         decode stream. `policy` overrides the configured routing policy for this request,
-        `kv_verify` the kv_transfer.verify setting, `fair_share` router.tenants.fair_share
-        (None: the settings decide). With fair sharing the request first waits its turn in
-        the prefill tier's queue (its predicted prefill seconds), then the decode tier's (a
-        stream slot), as `tenant` (None: not queued); it holds both until its prefill, and
-        its stream, end. Raises at `placement` or `prefill` (see the module docstring),
-        or AdmissionRejected (429) from a tier queue."""
+        `kv_verify` the kv_transfer.verify setting, `fair_share` router.tenants.fair_share,
+        `itl_guard` whether router.routing.itl_slo_s applies (None: the settings decide).
+        With fair sharing the request first waits its turn in the prefill tier's queue (its
+        predicted prefill seconds), then the decode tier's (a stream slot), as `tenant`
+        (None: not queued); it holds both until its prefill, and its stream, end. Raises at
+        `placement` or `prefill` (see the module docstring), or AdmissionRejected (429) from
+        a tier queue."""
         deadlines = RequestDeadlines(self._deadlines, obs.timeline.arrival_s, self._clock)
         share = self._fair_share if fair_share is None else fair_share
         if share and tenant is not None and self._gates is not None:
             await self._enter_tiers(self._gates, prepared, obs, tenant)
-        decision = self._place(prepared, policy, obs)
+        decision = self._place(prepared, policy, obs, itl_guard)
         obs.placed(decision)
         interval = self._stream_batch_interval_s
         num_prompt = len(prepared.prompt_token_ids)
@@ -356,7 +358,11 @@ class Orchestrator:
         )
 
     def _place(
-        self, prepared: PreparedRequest, policy: PolicyName | None, obs: RequestObservation
+        self,
+        prepared: PreparedRequest,
+        policy: PolicyName | None,
+        obs: RequestObservation,
+        itl_guard: bool | None = None,
     ) -> Decision | None:
         """Failure point `placement`; raises AdmissionRejected (429) when the chosen
         replicas are past their admission bounds."""
@@ -365,7 +371,11 @@ class Orchestrator:
         try:
             # Keyed by the engine request id: unique even when clients reuse x-request-id.
             return self._placer.place(
-                prepared.engine_request_id, prepared.prompt_token_ids, prepared.priority, policy
+                prepared.engine_request_id,
+                prepared.prompt_token_ids,
+                prepared.priority,
+                policy,
+                itl_guard=itl_guard,
             )
         except NoReplicaError as exc:
             obs.failed("placement", exc)

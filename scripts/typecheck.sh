@@ -10,6 +10,7 @@ ln -s ../../pdserve/engine "$tree/pdserve/engine"
 ln -s ../../pdserve/autoscaling "$tree/pdserve/autoscaling"
 ln -s ../../pdserve/sim "$tree/pdserve/sim"
 ln -s ../../pdserve/context "$tree/pdserve/context"
+ln -s ../../pdserve/report "$tree/pdserve/report"
 for pkg in router prefill_pool decode_pool kv_transfer deploy bench; do
   ln -s "../../$pkg" "$tree/pdserve/$pkg"
 done
@@ -22,6 +23,7 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -m pdserve.router_config \
   -m pdserve.tenant_config \
   -m pdserve.names \
+  -m pdserve.itl_budget \
   -m pdserve.messages \
   -m pdserve.model_source \
   -m pdserve.node \
@@ -47,4 +49,5 @@ MYPYPATH="$tree" "$venv/bin/mypy" --explicit-package-bases \
   -p pdserve.profiling \
   -p pdserve.sim \
   -p pdserve.context \
+  -p pdserve.report \
   -p pdserve.bench.gpu_check

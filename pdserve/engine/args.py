@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.config import PdserveConfig
+from pdserve.itl_budget import ItlSettings
 from pdserve.kv_transfer.connector_config import kv_transfer_config
 from pdserve.names import PoolName
 
@@ -42,6 +43,24 @@ def engine_args(
     }
     if eng.prefill_chunk_tokens is not None:
         args["long_prefill_token_threshold"] = eng.prefill_chunk_tokens
+    routing = config.router.routing
+    if role == "decode" and config.mode == "disaggregated" and routing.itl_slo_s is not None:
+        # Prompts prefilled on a decode engine are chunked within its streams' ITL budget
+        # (pdserve.engine.itl_scheduler; the router predicts with the same rule).
+        sync = config.platform != "cuda"
+        args["scheduler_cls"] = "pdserve.engine.itl_scheduler." + (
+            "ItlBudgetScheduler" if sync else "ItlBudgetAsyncScheduler"
+        )
+        cost = routing.cost_model
+        args["additional_config"] = ItlSettings(
+            itl_slo_s=routing.itl_slo_s,
+            min_chunk_tokens=routing.min_prefill_chunk_tokens,
+            per_token_s=cost.per_token_s,
+            per_token_sq_s=cost.per_token_sq_s,
+            decode_base_s=cost.decode_base_s,
+            decode_per_seq_s=cost.decode_per_seq_s,
+            decode_per_context_token_s=cost.decode_per_context_token_s,
+        ).to_config()
     if kv_events_endpoint is not None:
         args["kv_events_config"] = {
             "enable_kv_cache_events": True,

@@ -359,6 +359,7 @@ class EngineServer:
             # sums them per pool (router/engine_histograms.py).
             "kv_transfer_seconds": self._counters.kv_transfer_seconds.report(),
             "kv_transfer_bytes": self._counters.kv_transfer_bytes.report(),
+            "decode_stall_seconds": self._counters.decode_stall_seconds.report(),
         }
 
     def _kill_engine_processes(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from pdserve.itl_budget import STALL_KEY
 from pdserve.kv_transfer.integrity import FAILURE_REASONS
 from pdserve.kv_transfer.verified_stats import CHECKS_KEY, FAILED_KEY
 from pdserve.messages import BYTES_BUCKETS, SECONDS_BUCKETS, BucketCounts, EngineStats
@@ -44,6 +45,9 @@ class EngineCounters:
         # NIXL's own per-transfer time and size (the pulling engine's connector measures them).
         self.kv_transfer_seconds = BucketCounts(SECONDS_BUCKETS)
         self.kv_transfer_bytes = BucketCounts(BYTES_BUCKETS)
+        # Steps that carried prefill next to decoding streams (pdserve.engine.itl_scheduler):
+        # each step's seconds, once per stream that waited on it.
+        self.decode_stall_seconds = BucketCounts(SECONDS_BUCKETS)
 
     def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
         """Fold one engine step's stats in (called by `PdserveStatLogger`)."""
@@ -81,6 +85,8 @@ class EngineCounters:
         )
         self._expired += len(data.get("num_kv_expired_reqs") or [])
         self._after_expiry += len(data.get("num_notifications_after_expiry") or [])
+        for step_s, streams in data.get(STALL_KEY) or []:
+            self.decode_stall_seconds.observe(float(step_s), int(streams))
         self._integrity_checks += len(data.get(CHECKS_KEY) or [])
         for request_id, reason in data.get(FAILED_KEY) or []:
             if reason in self._integrity_failures:

@@ -137,7 +137,7 @@ def profile(
     except ValueError as exc:
         console.print(f"[red]cannot fit the cost model:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
-    new = fit.model
+    new = _with_remote_fixed(fit.model, samples)
     _show(console, measured, base, new, fit.notes, samples)
     if earlier:
         _show_pool(console, [this_run, *earlier], new)
@@ -174,6 +174,25 @@ def profile(
     else:
         console.print("\npaste into the config (or rerun with --config FILE --write):")
         console.print(snippet(new, comment), markup=False, highlight=False)
+
+
+def _with_remote_fixed(model: CostModel, samples: ProfileSamples) -> CostModel:
+    """`remote_fixed_s` from the measured serving stages: a remote prefill's three hops
+    (to the prefill replica, back, to decode) and the KV transfer's fixed cost, less the one
+    hop a local prefill takes. Unchanged when the run has no serving samples."""
+    from pdserve.sim.fit import fit_sim_profile
+
+    if not samples.serving:
+        return model
+    try:
+        prof = fit_sim_profile(
+            model, samples.serving, source="", local_prefill=samples.local_prefill
+        )
+    except ValueError:
+        return model
+    local_hop_s = prof.local_hop_s if prof.local_hop_s is not None else prof.hop_s
+    remote_fixed_s = max(0.0, 3 * prof.hop_s + prof.kv_transfer_fixed_s - local_hop_s)
+    return model.model_copy(update={"remote_fixed_s": round(remote_fixed_s, 6)})
 
 
 def _write_sim_profile(

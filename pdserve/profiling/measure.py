@@ -31,6 +31,7 @@ from pdserve.profiling.samples import (
     tpot_s,
 )
 from pdserve.router.auth import client_headers
+from pdserve.router.headers import ITL_GUARD_HEADER
 from pdserve.router.policy.cost_model import PrefillSample
 
 Progress = Callable[[str], None]
@@ -168,7 +169,16 @@ class Profiler:
         `beside` = (streams, context tokens) decode: ProfileError when the router prefilled it
         remotely after all."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
-        resp = await http.post("/v1/completions", json=body)
+        # A local prefill beside decoding streams is what the ITL guard would refuse: it is
+        # the sample being measured, so the guard is off for it (router.allow_policy_override).
+        headers = {ITL_GUARD_HEADER: "off"} if local else None
+        resp = await http.post("/v1/completions", json=body, headers=headers)
+        if local and resp.status_code == 400 and ITL_GUARD_HEADER in resp.text:
+            raise ProfileError(
+                "measuring local prefills beside decode streams needs the ITL guard off for "
+                f"those requests ({ITL_GUARD_HEADER}: off): set router.allow_policy_override: "
+                "true (or router.routing.itl_slo_s: null) while profiling"
+            )
         _raise_for_status(resp, "/v1/completions")
         data = resp.json()
         if local and out is not None:

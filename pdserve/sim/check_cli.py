@@ -114,6 +114,14 @@ def sim_check(
             help="Read reports and the profile already in --out instead of measuring them again.",
         ),
     ] = False,
+    report_dir: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            "--report",
+            help="Write an HTML report of the predicted and measured ratios (index.html, "
+            "opens offline) and the JSON it was drawn from into this folder.",
+        ),
+    ] = None,
 ) -> None:
     """Check the simulator's predicted ratios between layouts and its recommended layout
     against layouts measured side by side (ratios and ranks, not absolute times)."""
@@ -146,7 +154,13 @@ def sim_check(
     ranks: list[RankRow] = []
     for w, report in reports.items():
         cfg = BenchConfig.model_validate(
-            {**report.config, "deployments": (), "policies": (), "json_path": None}
+            {
+                **report.config,
+                "deployments": (),
+                "policies": (),
+                "json_path": None,
+                "report_dir": None,
+            }
         )
         records = trace_records(cfg, console)
         predicted: dict[str, dict[str, Prediction]] = {
@@ -173,6 +187,11 @@ def sim_check(
     }
     (out / "check.json").write_text(json.dumps(doc, indent=2) + "\n")
     console.print(f"check written to {out / 'check.json'}")
+    if report_dir is not None:
+        from pdserve.report.cli import write_page_report
+        from pdserve.report.predicted_page import check_page
+
+        write_page_report(check_page(doc), doc, report_dir, console)
 
 
 def _parse_deployments(text: str, console: Console) -> dict[str, pathlib.Path]:

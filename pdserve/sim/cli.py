@@ -37,7 +37,7 @@ from pdserve.sim.render import (
 
 _NOT_WORKLOAD = (
     "profile", "config", "measured", "json_path", "fit_host_on", "host_cores", "write_profile",
-    "runs",
+    "runs", "report_dir",
 )  # fmt: skip
 
 
@@ -102,6 +102,14 @@ def simulate(
     slo_ttft_s: Annotated[float | None, _opt("slo_ttft_s")] = None,
     slo_tpot_s: Annotated[float | None, _opt("slo_tpot_s")] = None,
     json_path: Annotated[pathlib.Path | None, typer.Option("--json", help="Write here.")] = None,
+    report_dir: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            "--report",
+            help="With --measured: write an HTML report of predicted against measured "
+            "(index.html, opens offline) and the JSON it was drawn from into this folder.",
+        ),
+    ] = None,
 ) -> None:
     """Predict TTFT / ITL / TPOT / E2E percentiles and goodput of deployments under a workload
     with the simulator (no cluster needed), optionally against a measured bench report."""
@@ -114,6 +122,9 @@ def simulate(
     run_layouts = layouts(deployments(config, report, console), console)
     if (fit_host_on is not None or write_profile is not None) and report is None:
         console.print("[red]error:[/red] --fit-host-on and --write-profile need --measured")
+        raise typer.Exit(2)
+    if report_dir is not None and report is None:
+        console.print("[red]error:[/red] --report needs --measured (it draws predicted against it)")
         raise typer.Exit(2)
     if fit_host_on is not None and report is not None:
         prof = fit_host(prof, report, run_layouts, fit_host_on, host_cores, console)
@@ -132,7 +143,12 @@ def simulate(
         console.print(compared_table(rows))
         for line in rounds_summary(rows):
             console.print(line)
+    doc = simulate_json(prof, cfg, predictions, rows, stage_rows)
     if json_path is not None:
-        doc = simulate_json(prof, cfg, predictions, rows, stage_rows)
         json_path.write_text(json.dumps(doc, indent=2) + "\n")
         console.print(f"JSON written to {json_path}")
+    if report_dir is not None:
+        from pdserve.report.cli import write_page_report
+        from pdserve.report.predicted_page import simulate_page
+
+        write_page_report(simulate_page(doc, report), doc, report_dir, console)

@@ -66,7 +66,13 @@ def bench_config(
     options given."""
     base: dict[str, Any] = {}
     if report is not None:
-        base = {**report.config, "deployments": (), "policies": (), "json_path": None}
+        base = {
+            **report.config,
+            "deployments": (),
+            "policies": (),
+            "json_path": None,
+            "report_dir": None,
+        }
     try:
         return BenchConfig.model_validate({**base, **options})
     except ValueError as exc:

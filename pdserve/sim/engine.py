@@ -9,6 +9,13 @@ sequences and the step's token budget last. Its time comes from the cost model (
 `_duration`): one step base, the prefill chunks' per-token and attention terms (a prompt's own
 fixed cost with its first chunk) and the decoding sequences' per-sequence and context terms.
 
+On a decode engine of a disaggregated deployment with the ITL guard on (`ItlSettings` of
+pdserve.itl_budget, from `router.routing.itl_slo_s`), the per-sequence chunk cap of each step
+follows the decode streams' ITL budget instead, as pdserve.engine.itl_scheduler sets vLLM's
+long_prefill_token_threshold (see `SimEngine.step_chunk_tokens`): the chunk comes from the
+router's cost model (what the deployed engine sizes it with), the step's time still from the
+profile's.
+
 One known difference: vLLM lifts the chunk cap while a prompt is the only request on its
 engine (it then takes the whole step budget). Modelling that made the predictions of the runs
 recorded on 2026-12-04 worse (notes in the git history of bench/RESULTS.md), so the model
@@ -21,6 +28,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pdserve.itl_budget import ItlSettings
+from pdserve.itl_budget import chunk_tokens as itl_chunk_tokens
 from pdserve.router.policy.cost_model import CostModel
 
 
@@ -103,14 +112,19 @@ class SimEngine:
         cost: CostModel,
         *,
         prompt_fixed_s: float | None = None,
+        itl: ItlSettings | None = None,
     ):
         """`prompt_fixed_s`: a prompt's fixed cost on this engine (None = the cost model's
         fixed_overhead_s; a decode or aggregated engine's own prompts may cost less than a
-        prefill-pool engine's, SimProfile.local_prefill_fixed_s)."""
+        prefill-pool engine's, SimProfile.local_prefill_fixed_s). `itl`: the streams' ITL
+        budget that sizes each step's prompt chunks, the decode engine's own settings (a
+        decode engine of a disaggregated deployment with router.routing.itl_slo_s set: the
+        budget and the router's cost coefficients); None = `limits.chunk_tokens`."""
         self.engine_id = engine_id
         self.limits = limits
         self._cost = cost
         self._prompt_fixed_s = cost.fixed_overhead_s if prompt_fixed_s is None else prompt_fixed_s
+        self.itl = itl
         self.waiting: list[Seq] = []
         self.running: list[Seq] = []
         self.busy = False
@@ -134,14 +148,43 @@ class SimEngine:
         used = sum(s.computed + s.generated for s in self.running)
         return min(1.0, used / max(1, self.limits.kv_capacity_tokens))
 
+    def step_chunk_tokens(self) -> int:
+        """Most prompt tokens one sequence computes in the next step: `limits.chunk_tokens`,
+        or with an ITL budget, while streams decode and prompts wait or are computed, what
+        pdserve.engine.itl_scheduler sets before vLLM schedules the step: `chunk_tokens` of
+        pdserve.itl_budget (the largest chunk a step of that many streams may
+        carry within the budget, after the most prompt tokens computed so far among the
+        running prompts) split between the prompts, at least `min_chunk_tokens`, at most
+        `limits.chunk_tokens`. Streams: running sequences past their prompt; prompts:
+        running and waiting sequences not past it (a decode request whose KV arrived by
+        transfer is past it, as vLLM's request waiting for its KV is not counted)."""
+        lim = self.limits
+        itl = self.itl
+        if itl is None:
+            return lim.chunk_tokens
+        streams = sum(1 for s in self.running if not s.prefilling)
+        running_prompts = [s.computed for s in self.running if s.prefilling]
+        prompts = len(running_prompts) + sum(1 for s in self.waiting if s.prefilling)
+        if not streams or not prompts:
+            return lim.chunk_tokens
+        allowance = itl_chunk_tokens(
+            itl,
+            itl.itl_slo_s,
+            streams,
+            max(running_prompts, default=0),
+            lim.max_num_batched_tokens,
+        )
+        return min(max(itl.min_chunk_tokens, allowance // prompts), lim.chunk_tokens)
+
     def plan(self, cached_blocks: CacheLookup) -> Step | None:
         """The next step, or None when there is nothing to run. Admits waiting sequences
         (their cached prefix is counted as computed when they are admitted)."""
         lim = self.limits
+        chunk = self.step_chunk_tokens()
         budget = lim.max_num_batched_tokens
         work: list[tuple[Seq, int]] = []
         for seq in self.running:
-            n = min(seq.prompt_tokens - seq.computed, lim.chunk_tokens) if seq.prefilling else 1
+            n = min(seq.prompt_tokens - seq.computed, chunk) if seq.prefilling else 1
             n = min(n, budget)
             if n > 0:
                 work.append((seq, n))
@@ -153,7 +196,7 @@ class SimEngine:
                 hit = cached_blocks(seq.block_hashes) * lim.block_size_tokens
                 seq.computed = seq.cached_tokens = min(hit, seq.prompt_tokens - 1)
             self.running.append(seq)
-            n = min(seq.prompt_tokens - seq.computed, lim.chunk_tokens) if seq.prefilling else 1
+            n = min(seq.prompt_tokens - seq.computed, chunk) if seq.prefilling else 1
             n = min(n, budget)
             work.append((seq, n))
             budget -= n

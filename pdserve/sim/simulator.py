@@ -17,7 +17,9 @@ A request's path, mirroring pdserve's:
    to the decode engine, the KV transfer (on CPU without NIXL's progress thread it starts
    only between the prefill engine's steps), then the decode engine's first step yields the
    first token. Local prefill (and every request when aggregated): one hop to the decode
-   engine, which computes the prompt itself;
+   engine, which computes the prompt itself (on a disaggregated deployment with the ITL guard
+   on, in chunks sized each step by its streams' ITL budget, as the deployed decode engines
+   do: engine.py);
 4. tokens are coalesced like the decode replica's stream (`stream_batch_interval_s`); each
    chunk reaches the client one hop after it left the engine, never before the chunk ahead.
 Engines that share a device group (two engines pinned to one core) split it: a step started
@@ -37,6 +39,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Sequence
 
+from pdserve.itl_budget import ItlSettings
 from pdserve.names import PolicyName, PoolName
 from pdserve.router.policy import ReplicaSnapshot, RequestSummary
 from pdserve.router.policy.pipeline import RoutingPolicy
@@ -52,6 +55,25 @@ from pdserve.sim.stream import coalesce_times
 from pdserve.sim.workload import SimRequest
 
 Action = Callable[[], None]
+
+
+def decode_itl_budget(layout: SimLayout) -> ItlSettings | None:
+    """The decode engines' ITL budget, the settings pdserve.engine.args gives the deployed
+    ones: disaggregated layouts with router.routing.itl_slo_s set (the router's cost model
+    sizes the chunks); None otherwise (aggregated engines keep their configured chunks)."""
+    policy = layout.policy
+    if layout.aggregated or policy.itl_slo_s is None:
+        return None
+    cost = policy.cost_model
+    return ItlSettings(
+        itl_slo_s=policy.itl_slo_s,
+        min_chunk_tokens=policy.min_prefill_chunk_tokens,
+        per_token_s=cost.per_token_s,
+        per_token_sq_s=cost.per_token_sq_s,
+        decode_base_s=cost.decode_base_s,
+        decode_per_seq_s=cost.decode_per_seq_s,
+        decode_per_context_token_s=cost.decode_per_context_token_s,
+    )
 
 
 class Simulation:
@@ -86,10 +108,15 @@ class Simulation:
         self._engines: dict[str, SimEngine] = {}
         self._pool_of: dict[str, PoolName] = {}
         self._group_of: dict[str, str] = {}
+        itl = decode_itl_budget(layout)
         for spec in layout.engines:
             own = None if spec.pool == "prefill" else profile.loaded_prompt_fixed_s()
             self._engines[spec.engine_id] = SimEngine(
-                spec.engine_id, spec.limits, profile.cost_model, prompt_fixed_s=own
+                spec.engine_id,
+                spec.limits,
+                profile.cost_model,
+                prompt_fixed_s=own,
+                itl=itl if spec.pool == "decode" else None,
             )
             self._pool_of[spec.engine_id] = spec.pool
             self._group_of[spec.engine_id] = spec.device_group

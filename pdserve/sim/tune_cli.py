@@ -2,11 +2,19 @@
 
 Registered in pdserve/cli.py. Reads a simulator profile (`pdserve profile --sim-profile`), a
 base config (model, engines, router), a workload, SLOs and a device budget; prints the ranked
-candidates and the recommendation; `--write` saves the recommended config, `--write-helm` the
-Helm values that deploy it. On a CPU machine whose engines share cores with the serving
-layer, `--fit-on RUN` first fits the profile's `cpu_host` block on a run measured now (as
-`pdserve simulate --fit-host-on` does). Exit status: 0 done; 1 no candidate reaches
---target-goodput; 2 bad options.
+candidates and the recommendation, each with its predicted TTFT and ITL (p50/p90/p99);
+`--write` saves the recommended config, `--write-helm` the Helm values that deploy it. On a
+CPU machine whose engines share cores with the serving layer, `--fit-on RUN` first fits the
+profile's `cpu_host` block on a run measured now (as `pdserve simulate --fit-host-on` does).
+
+The ITL goal: `--max-itl-p99-s`, by default the base config's `router.routing.itl_slo_s` (the
+decode streams' budget per engine step, which the ITL guard holds local prefills to) plus its
+`router.stream_batch_interval_ms` (a client's gap is up to the interval plus a step; the
+simulator applies the guard and the decode engines' budget-sized chunks as the deployment
+would), so a
+local-prefill threshold whose local prefills would cost the streams their ITL tail is not
+recommended. Exit status: 0 done; 1 no candidate reaches --target-goodput within the
+bounds; 2 bad options.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from rich.table import Table
 
 from pdserve.bench.cli import _opt
 from pdserve.bench.stats import sig3
-from pdserve.config import ConfigError, load_config
+from pdserve.config import ConfigError, PdserveConfig, load_config
 from pdserve.sim.cli_common import (
     HOST_CORES_HELP,
     RUNS_HELP,
@@ -145,7 +153,8 @@ def tune(
         typer.Option(
             "--max-itl-p99-s",
             min=0,
-            help="Also require predicted ITL p99 <= this.",
+            help="Also require predicted ITL p99 <= this [default: the base config's "
+            "router.routing.itl_slo_s + router.stream_batch_interval_ms; 0 = no ITL bound].",
             rich_help_panel=SEARCH,
         ),
     ] = None,
@@ -208,6 +217,7 @@ def tune(
     except ConfigError as exc:
         console.print(f"[red]config error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
+    max_itl_p99_s = itl_bound_s(max_itl_p99_s, base)
     report = load_report(workload_from, console) if workload_from is not None else None
     cfg = bench_config(report, options, console)
     records = trace_records(cfg, console)
@@ -221,7 +231,9 @@ def tune(
             base, prof, cfg, points, records, target_goodput=target_goodput,
             max_ttft_p99_s=max_ttft_p99_s, max_itl_p99_s=max_itl_p99_s, runs=runs,
         )  # fmt: skip
-    console.print(_table(ranked[:top], cfg.slo_ttft_s, cfg.slo_tpot_s, target_goodput))
+    console.print(
+        _table(ranked[:top], cfg.slo_ttft_s, cfg.slo_tpot_s, target_goodput, max_itl_p99_s)
+    )
     if len(ranked[0].prediction.classes) > 1:
         console.print(_class_table(ranked[:top]))
     best = ranked[0]
@@ -236,8 +248,9 @@ def tune(
     m = best.prediction.metrics
     console.print(
         f"[green]recommended:[/green] {best.candidate.label()} on {best.candidate.num_devices} "
-        f"device(s): TTFT p50 {sig3(m.ttft_p50_s)} s, p99 {sig3(m.ttft_p99_s)} s; ITL p50 "
-        f"{sig3(m.itl_p50_s)} s, p99 {sig3(m.itl_p99_s)} s; goodput {goodput:.1%}"
+        f"device(s): TTFT p50 {sig3(m.ttft_p50_s)} s, p90 {sig3(m.ttft_p90_s)} s, p99 "
+        f"{sig3(m.ttft_p99_s)} s; ITL p50 {sig3(m.itl_p50_s)} s, p90 {sig3(m.itl_p90_s)} s, p99 "
+        f"{sig3(m.itl_p99_s)} s{_bound_note(max_itl_p99_s)}; goodput {goodput:.1%}"
     )
     if write is not None:
         write.write_text(_config_yaml(best))
@@ -246,21 +259,46 @@ def tune(
         _write_helm(write_helm, best, console)
 
 
-def _table(ranked: list[Ranked], slo_ttft_s: float, slo_tpot_s: float, target: float) -> Table:
+def itl_bound_s(max_itl_p99_s: float | None, base: PdserveConfig) -> float | None:
+    """The ITL p99 bound: `max_itl_p99_s` when given (0: no bound), else the base config's
+    per-step budget router.routing.itl_slo_s plus its stream interval (a client's gap is up
+    to the interval plus one step; None when the guard is off)."""
+    if max_itl_p99_s is None:
+        budget = base.router.routing.itl_slo_s
+        if budget is None:
+            return None
+        return budget + base.router.stream_batch_interval_ms / 1000
+    return max_itl_p99_s or None
+
+
+def _bound_note(bound_s: float | None) -> str:
+    return "" if bound_s is None else f" (bound {sig3(bound_s)} s)"
+
+
+def _table(
+    ranked: list[Ranked],
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    target: float,
+    max_itl_p99_s: float | None,
+) -> Table:
+    itl = "" if max_itl_p99_s is None else f"; ITL p99 <= {sig3(max_itl_p99_s)} s ('>': over)"
     table = Table(
         title="candidates, best first (predicted by the simulator)",
-        caption=f"goodput: TTFT <= {slo_ttft_s} s and TPOT <= {slo_tpot_s} s; target {target:.0%}; "
-        f"TTFT p99s within {P99_TIE:.0%} of each other rank by TTFT p50 (with request classes: "
-        "the geometric mean of the classes' p50s, below)",
+        caption=f"goodput: TTFT <= {slo_ttft_s} s and TPOT <= {slo_tpot_s} s; target {target:.0%}"
+        f"{itl}; TTFT p99s within {P99_TIE:.0%} of each other rank by TTFT p50 (with request "
+        "classes: the geometric mean of the classes' p50s, below)",
     )
-    for col in ("#", "layout", "devices", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
-                "TPOT p50", "req/s", "goodput"):  # fmt: skip
+    for col in ("#", "layout", "devices", "TTFT p50", "TTFT p90", "TTFT p99", "ITL p50",
+                "ITL p90", "ITL p99", "TPOT p50", "req/s", "goodput"):  # fmt: skip
         table.add_column(col, justify="left" if col == "layout" else "right")
     for i, r in enumerate(ranked, start=1):
         m = r.prediction.metrics
+        over = max_itl_p99_s is not None and (m.itl_p99_s is None or m.itl_p99_s > max_itl_p99_s)
         table.add_row(
             str(i), r.candidate.label(), str(r.candidate.num_devices), sig3(m.ttft_p50_s),
-            sig3(m.ttft_p99_s), sig3(m.itl_p50_s), sig3(m.itl_p99_s), sig3(m.tpot_p50_s),
+            sig3(m.ttft_p90_s), sig3(m.ttft_p99_s), sig3(m.itl_p50_s), sig3(m.itl_p90_s),
+            sig3(m.itl_p99_s) + (" >" if over else ""), sig3(m.tpot_p50_s),
             sig3(m.requests_per_s), f"{(m.goodput_fraction or 0):.1%}",
         )  # fmt: skip
     return table

@@ -23,6 +23,7 @@ from pdserve.top.bandwidth import (
 )
 from pdserve.top.quantile import buckets_by, histogram_quantile, quantile_of
 from pdserve.top.scrape import SampleKey, sum_by, total
+from pdserve.top.stall import DecodeStall, decode_stall
 from pdserve.top.tenants import TenantRow, tenant_rows
 from pdserve.top.window import ScrapeWindow
 
@@ -136,6 +137,9 @@ class TopView:
     """Handoffs not used (recomputed) per second, by reason."""
     tenants: tuple[TenantRow, ...] = ()
     """Per-tenant usage over the window (pdserve/top/tenants.py); empty without tenant series."""
+    decode_stall: DecodeStall | None = None
+    """The decode streams' wait on prefill-carrying steps and the ITL guard's verdicts over the
+    window (pdserve/top/stall.py); None until two scrapes."""
 
 
 def _ordered(keys: Iterable[str], preferred: tuple[str, ...]) -> list[str]:
@@ -331,4 +335,5 @@ def build_view(
         kv_checks_per_s=d.rate(total(s, "pdserve_kv_integrity_checks_total")),
         kv_integrity_failures=integrity_rows(s, d.span_s),
         tenants=tenants,
+        decode_stall=decode_stall(d),
     )

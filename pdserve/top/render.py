@@ -1,9 +1,9 @@
 """rich adapter: a `TopView` as one renderable (formatting and colour only, no logic).
 
 Laid out to fit an 80x24 terminal for a small cluster: header, traffic lines, one table of
-pools with their replicas, TTFT by input bucket with the p50 breakdown, KV transfer lines, and
-(when the router exports tenant series) two tables of per-tenant usage, also used by
-`pdserve tenants usage`.
+pools with their replicas, TTFT by input bucket with the p50 breakdown, the decode streams'
+stall and the ITL guard's verdicts, KV transfer lines, and (when the router exports tenant
+series) two tables of per-tenant usage, also used by `pdserve tenants usage`.
 """
 
 from __future__ import annotations
@@ -145,9 +145,32 @@ def _ttft(view: TopView) -> Group:
     breakdown = Text(
         f"p50 queue {fmt_seconds(view.queue_p50_s)} · prefill {fmt_seconds(view.prefill_p50_s)}"
         f" · KV transfer {fmt_seconds(view.kv_transfer_p50_s)}"
-        f"    ITL p99 {fmt_seconds(view.itl_p99_s)}"
     )
     return Group(table, breakdown)
+
+
+def _decode_stall(view: TopView) -> Group:
+    """The decode streams' wait on steps that carried prefill (stream-seconds per second, the
+    step's p99) beside their ITL p99, and the ITL guard's verdicts on local prefills, counted
+    over the window."""
+    stall = view.decode_stall
+    line = Text.assemble(("Decode stall ", "bold"))
+    guard = Text.assemble(("ITL guard ", "bold"), "local prefill on decode: ")
+    if stall is None:
+        return Group(line.append(DASH), guard.append(DASH))
+    if not stall.reported:
+        line.append("not reported by the decode engines", style="dim")
+    elif stall.stream_steps <= 0:
+        line.append("none on prefill steps", style="green")
+    else:
+        rate = stall.stall_per_s
+        line.append(
+            f"{DASH if rate is None else f'{rate:.3g}'} stream-s/s on prefill steps"
+            f" · p99 {fmt_seconds(stall.p99_s)}"
+        )
+    line.append(f" · ITL p99 {fmt_seconds(stall.itl_p99_s)}")
+    verdicts = (f"{fmt_amount(n)} {v.replace('_', ' ')}" for v, n in stall.verdicts)
+    return Group(line, guard.append(", ".join(verdicts)))
 
 
 def _kv(view: TopView) -> Group:
@@ -238,8 +261,8 @@ def render(
     clock_label: str,
     error: str | None = None,
 ) -> RenderableType:
-    """The whole screen: header, error line (red), traffic, pools/replicas, TTFT, KV, and the
-    tenants' tables when the router exports tenant series."""
+    """The whole screen: header, error line (red), traffic, pools/replicas, TTFT, decode stall
+    and ITL guard, KV, and the tenants' tables when the router exports tenant series."""
     if view.scrapes == 0:
         span = "no data yet"
     elif view.span_s is None:
@@ -253,7 +276,7 @@ def render(
     parts += [Text(""), _traffic(view), _cluster(view)]
     if view.scaling:
         parts.append(_scaling(view))
-    parts += [_ttft(view), _kv(view)]
+    parts += [_ttft(view), _decode_stall(view), _kv(view)]
     if view.tenants:
         parts.append(tenant_tables(view.tenants))
     return Group(*parts)

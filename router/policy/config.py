@@ -118,6 +118,43 @@ class PolicyConfig(StrictModel):
             "in total). 0 = no spill-over."
         ),
     )
+    itl_slo_s: float | None = Field(
+        default=0.1,
+        gt=0,
+        description=(
+            "Inter-token latency budget of the decode streams per engine step (seconds). The "
+            "router sends a stream's tokens every router.stream_batch_interval_ms, so a client "
+            "sees gaps of up to that interval plus one step: set this to the client-side ITL "
+            "SLO less that interval. A prompt prefilled on a "
+            "decode replica (local rules or spill-over) is chunked so that each step of that "
+            "replica's streams is predicted to stay within it (the decode engines apply the "
+            "same chunk every step), and is refused there when not even "
+            "min_prefill_chunk_tokens fit, when it is predicted no sooner than a remote "
+            "prefill, or (stall_weight > 0) when the time to first token it saves is less "
+            "than stall_weight x the seconds it costs the streams. null "
+            "turns the guard off: local prefills go ahead on the other rules alone."
+        ),
+    )
+    stall_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Seconds of time to first token that one second of stall on one decode stream is "
+            "worth when weighing a local prefill. 0: the ITL SLO bound alone decides (a step "
+            "kept within itl_slo_s costs the streams no SLO, only end-to-end time); 1: the "
+            "seconds the request saves must also cover the seconds all the streams lose (the "
+            "total wait of all requests); more protects the streams further."
+        ),
+    )
+    min_prefill_chunk_tokens: int = Field(
+        default=16,
+        ge=1,
+        description=(
+            "Smallest prompt chunk a decode step carries next to its streams; when even this "
+            "would take the step over itl_slo_s, the replica has no headroom for a local "
+            "prefill."
+        ),
+    )
     lanes: bool = Field(
         default=True,
         description=(

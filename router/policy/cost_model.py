@@ -80,6 +80,16 @@ class CostModel(StrictModel):
             "bandwidth) or the pdserve_kv_transfer_seconds histogram."
         ),
     )
+    remote_fixed_s: float = Field(
+        default=0.01,
+        ge=0,
+        description=(
+            "Fixed seconds a remote prefill adds to the time to first token over a local one: "
+            "the extra serving hops (to the prefill replica, back, then to decode) and the KV "
+            "transfer's setup. Part of the remote option's predicted TTFT with the per-token "
+            "transfer term; `pdserve profile` measures it on the idle cluster."
+        ),
+    )
     decode_base_s: float = Field(default=0.01, ge=0, description="Decode step fixed cost.")
     decode_per_seq_s: float = Field(
         default=5e-4, ge=0, description="Decode step seconds per sequence in the batch."
@@ -98,13 +108,24 @@ class CostModel(StrictModel):
         )
 
     def est_backlog_s(self, num_queued_tokens: int, num_queued_requests: int = 0) -> float:
-        """Lower-bound seconds for an engine's reported queue: its prompts' fixed costs and
-        tokens' linear term (the snapshot does not say what each token attends to)."""
-        return self.fixed_overhead_s * num_queued_requests + self.per_token_s * num_queued_tokens
+        """Lower-bound seconds for an engine's reported queue: its prompts' fixed costs, the
+        tokens' linear term, and their attention as if the tokens were split evenly between
+        the prompts (the snapshot does not say how they are split; for n prompts of t tokens
+        in all, the sum of u_i^2 / 2 is smallest when each has t / n, so this stays a lower
+        bound). Cached prefixes the prompts attend to are not counted either."""
+        t = num_queued_tokens
+        n = num_queued_requests
+        attention = self.per_token_sq_s * t * t / (2 * n) if n > 0 else 0.0
+        return self.fixed_overhead_s * n + self.per_token_s * t + attention
 
     def est_transfer_s(self, num_tokens: int) -> float:
         """Estimated seconds to move `num_tokens` tokens' KV from prefill to decode."""
         return self.kv_transfer_per_token_s * num_tokens
+
+    def est_remote_extra_s(self, num_tokens: int) -> float:
+        """What the remote option adds to the time to first token: its fixed cost
+        (`remote_fixed_s`) and the KV transfer of `num_tokens` tokens."""
+        return self.remote_fixed_s + self.est_transfer_s(num_tokens)
 
     def est_decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """Estimated seconds of one decode step: `batch_size` sequences, `context_tokens` total."""

@@ -28,6 +28,8 @@ import numpy as np
 from pdserve.names import PolicyName, PoolName
 from pdserve.router.policy import pool_kernel
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights
+from pdserve.router.policy.itl_guard import ItlGuard, ItlVerdict
+from pdserve.router.policy.load import least_loaded, replica_load
 from pdserve.router.policy.plugins import (
     TIE_TOLERANCE,
     KVUsageScorer,
@@ -108,6 +110,12 @@ class RoutingPolicy:
         self._decider = LocalPrefillDecider(
             cfg.local_prefill_max_uncached_tokens, cfg.local_prefill_max_cold_tokens
         )
+        self._itl = ItlGuard(
+            cfg.cost_model,
+            cfg.itl_slo_s,
+            stall_weight=cfg.stall_weight,
+            min_chunk_tokens=cfg.min_prefill_chunk_tokens,
+        )
         self._priority = PriorityAssigner(cfg.priority_bucket_base_s, cfg.max_priority_levels)
         self._rr_next: dict[PoolName, int] = {"prefill": 0, "decode": 0}
         self._pool_arrays: dict[PoolName, PoolArrays] = {}
@@ -140,6 +148,7 @@ class RoutingPolicy:
         now_s: float,
         policy: PolicyName | None = None,
         open_streams: OpenStreams | None = None,
+        itl_guard: bool | None = None,
     ) -> Decision:
         """Choose the prefill replica (None = prefill locally on decode), the decode replica
         and the engine priority for `request`.
@@ -150,6 +159,8 @@ class RoutingPolicy:
         replica, ValueError for an unknown policy or block hashes longer than the prompt.
         `open_streams`: decode streams this router has open per decode replica (a replica
         counts at least that many requests: its stats lag); pdserve policy only.
+        `itl_guard`: False skips the ITL guard for this request (None or True: it applies
+        when the config sets itl_slo_s).
 
         Cost (pdserve): one prefix-index pass for every replica, then a few dozen numpy
         operations per pool; the pool arrays are rebuilt (O(replicas)) only when a new
@@ -163,7 +174,9 @@ class RoutingPolicy:
                 "hash with the policy's block_size_tokens"
             )
         if name == "pdserve":
-            return self._pdserve(request, prefill, decode, index, work, now_s, open_streams)
+            return self._pdserve(
+                request, prefill, decode, index, work, now_s, open_streams, itl_guard is not False
+            )
         if self.aggregated:
             return self._aggregated_baseline(name, request, decode, index, work)
         if name == "round_robin":
@@ -172,7 +185,7 @@ class RoutingPolicy:
                 name, request, p, d, index, work, "round_robin: prefill {p}, decode {d}"
             )
         if name == "least_loaded":
-            p, d = _least_loaded("prefill", prefill), _least_loaded("decode", decode)
+            p, d = least_loaded("prefill", prefill), least_loaded("decode", decode)
             return self._baseline(
                 name,
                 request,
@@ -195,6 +208,7 @@ class RoutingPolicy:
         work: OutstandingWork,
         now_s: float,
         open_streams: OpenStreams | None,
+        guard: bool = True,
     ) -> Decision:
         depths = index.prefix_depths(request.block_hashes)
         d_pick = self._pick("decode", request, decode, depths, index, work, open_streams)
@@ -210,7 +224,11 @@ class RoutingPolicy:
             )
             return self._decision(request, None, d, d, work, now_s, aggregated, scores, predicted)
         reason = self._decider.reason(request, d)
-        if reason is not None:
+        streams = d.replica.num_running_requests
+        if open_streams is not None:
+            streams = max(streams, open_streams.get(d.replica_id))
+        guard = guard and self._itl.enabled and streams > 0
+        if reason is not None and not guard:
             return self._decision(request, None, d, d, work, now_s, reason, scores, predicted)
         p_pick = self._pick("prefill", request, prefill, depths, index, work, None)
         p = p_pick.candidate
@@ -218,19 +236,53 @@ class RoutingPolicy:
         predicted[p.replica_id] = p.predicted_ttft_s
         predicted.update(p_pick.fastest)
         cfg = self.config
-        gain_s = p.predicted_ttft_s - d.predicted_ttft_s
-        if gain_s >= cfg.spill_min_gain_s and d.predicted_ttft_s <= cfg.spill_max_decode_prefill_s:
-            reason = (
-                f"spill: local on decode {d.replica_id} predicted {d.predicted_ttft_s:.3f} s, "
-                f"remote on {p.replica_id} {p.predicted_ttft_s:.3f} s"
+        verdict: ItlVerdict | None = None
+        weighed: ItlVerdict | None = None  # the verdict that sent a local option remote
+        local_ttft_s = d.predicted_ttft_s
+        if guard:
+            uncached = request.num_prompt_tokens - d.num_cached_tokens
+            cost = self._itl.cost(streams, uncached, d.num_cached_tokens)
+            local_ttft_s = self._itl.local_ttft_s(cost, d.outstanding_prefill_s, d.est_prefill_s)
+            predicted[local] = local_ttft_s
+            verdict = self._itl.judge(
+                streams, uncached, d.num_cached_tokens, p.predicted_ttft_s - local_ttft_s
             )
-            return self._decision(request, None, d, d, work, now_s, reason, scores, predicted)
-        reason = (
+        if reason is not None and verdict is not None:
+            if verdict.local:
+                reason = f"{reason}; {verdict.reason}; {verdict.cost.header()}"
+                return self._decision(
+                    request, None, d, d, work, now_s, reason, scores, predicted, verdict
+                )
+            reason = f"remote, not local ({verdict.code}): {verdict.reason}"
+            weighed = verdict
+        else:
+            reason = ""
+            gain_s = p.predicted_ttft_s - local_ttft_s
+            if (
+                gain_s >= cfg.spill_min_gain_s
+                and d.predicted_ttft_s <= cfg.spill_max_decode_prefill_s
+            ):
+                spill = (
+                    f"spill: local on decode {d.replica_id} predicted {local_ttft_s:.3f} s, "
+                    f"remote on {p.replica_id} {p.predicted_ttft_s:.3f} s"
+                )
+                if verdict is None or verdict.local:
+                    if verdict is not None:
+                        spill = f"{spill}; {verdict.reason}; {verdict.cost.header()}"
+                    return self._decision(
+                        request, None, d, d, work, now_s, spill, scores, predicted, verdict
+                    )
+                reason = f"remote, not spilled ({verdict.code}): {verdict.reason}"
+                weighed = verdict
+        remote = (
             f"remote: prefill {p.replica_id} has {p.num_cached_tokens // self._block_size}/"
             f"{len(request.block_hashes)} blocks, predicted TTFT {p.predicted_ttft_s:.3f} s; "
             f"decode {d.replica_id}"
         )
-        return self._decision(request, p.replica_id, p, d, work, now_s, reason, scores, predicted)
+        reason = f"{reason}; {remote}" if reason else remote
+        return self._decision(
+            request, p.replica_id, p, d, work, now_s, reason, scores, predicted, weighed
+        )
 
     def _decision(
         self,
@@ -243,9 +295,11 @@ class RoutingPolicy:
         reason: str,
         scores: dict[str, dict[str, float]],
         predicted: dict[str, float],
+        verdict: ItlVerdict | None = None,
     ) -> Decision:
         """The pdserve decision; `prefilling` is the candidate that computes the prompt (the
-        prefill replica, or the decode replica itself for a local prefill)."""
+        prefill replica, or the decode replica itself for a local prefill). `verdict`: the ITL
+        guard's, when it weighed a local prefill."""
         starving = work.starving_priority(prefilling.replica_id, now_s, self.config.aging_s)
         return Decision(
             prefill_replica_id=prefill_replica_id,
@@ -259,6 +313,8 @@ class RoutingPolicy:
             policy="pdserve",
             predicted_ttft_s=predicted,
             predicted_wait_s=prefilling.outstanding_prefill_s,
+            itl=None if verdict is None else verdict.code,
+            itl_cost=None if verdict is None else verdict.cost,
         )
 
     def _pick(
@@ -277,7 +333,7 @@ class RoutingPolicy:
         a = self._arrays(pool, snapshots, index)
         a.sync(index, work, open_streams, self.config.lane_long_prefill_s if lanes else None)
         n = request.num_prompt_tokens
-        transfer_s = self._cost.est_transfer_s(n) if pool == "prefill" else 0.0
+        transfer_s = self._cost.est_remote_extra_s(n) if pool == "prefill" else 0.0
         chosen, _, n_tied, n_top, n_fast = pool_kernel.evaluate(
             depths,
             a.index_slots,
@@ -362,7 +418,7 @@ class RoutingPolicy:
                 cost.est_backlog_s(snap.queued_prefill_tokens, snap.num_queued_prefills),
             ),
             work.num_long_in_flight(rid, self.config.lane_long_prefill_s),
-            cost.est_transfer_s(n) if pool == "prefill" else 0,
+            cost.est_remote_extra_s(n) if pool == "prefill" else 0,
         )
 
     # ---- baselines: always remote prefill, priority = client priority ----
@@ -396,11 +452,11 @@ class RoutingPolicy:
             num_cached_tokens=p.num_cached_tokens,
             num_cached_tokens_decode=d.num_cached_tokens,
             reason=reason.format(
-                p=p.replica_id, d=d.replica_id, pl=_load(p_snap), dl=_load(d_snap)
+                p=p.replica_id, d=d.replica_id, pl=replica_load(p_snap), dl=replica_load(d_snap)
             ),
             scores={
-                p.replica_id: {"load": float(_load(p_snap))},
-                d.replica_id: {"load": float(_load(d_snap))},
+                p.replica_id: {"load": float(replica_load(p_snap))},
+                d.replica_id: {"load": float(replica_load(d_snap))},
             },
             policy=name,
             predicted_ttft_s={p.replica_id: p.predicted_ttft_s},
@@ -419,7 +475,7 @@ class RoutingPolicy:
         if name == "round_robin":
             snap = self._round_robin("decode", decode)
         elif name == "least_loaded":
-            snap = _least_loaded("decode", decode)
+            snap = least_loaded("decode", decode)
         else:
             raise ValueError(
                 f"unknown routing policy {name!r}: use pdserve, round_robin, least_loaded"
@@ -432,45 +488,9 @@ class RoutingPolicy:
             est_prefill_s=d.est_prefill_s,
             num_cached_tokens=d.num_cached_tokens,
             num_cached_tokens_decode=d.num_cached_tokens,
-            reason=f"{name} (aggregated): decode {d.replica_id} ({_load(snap)} requests)",
-            scores={d.replica_id: {"load": float(_load(snap))}},
+            reason=f"{name} (aggregated): decode {d.replica_id} ({replica_load(snap)} requests)",
+            scores={d.replica_id: {"load": float(replica_load(snap))}},
             policy=name,
             predicted_ttft_s={f"local:{d.replica_id}": d.predicted_ttft_s},
             predicted_wait_s=d.outstanding_prefill_s,
-        )
-
-
-def _load(s: ReplicaSnapshot) -> int:
-    n: int = s.num_running_requests + s.num_waiting_requests
-    return n
-
-
-def _least_loaded(pool: PoolName, snapshots: Sequence[ReplicaSnapshot]) -> ReplicaSnapshot:
-    """Fewest running + waiting requests among healthy replicas; ties by lowest replica id."""
-    healthy = [s for s in snapshots if s.healthy]
-    if not healthy:
-        raise NoReplicaError(pool, f"{len(snapshots)} known, none healthy")
-    return min(healthy, key=lambda s: (_load(s), s.replica_id))
-
-
-def warm_up_kernels() -> None:
-    """Compile (or load from numba's disk cache) every kernel a decision and the prefix
-    index use, with one decision on a two-replica fleet in each index mode: the router calls
-    it at start-up so that its first request does not pay seconds of compilation."""
-    for mode in ("events", "approximate"):
-        index = PrefixIndex(mode=mode)
-        index.add_blocks("p0", [1, 2])
-        index.on_routed("d0", [1])
-        index.remove_blocks("p0", [2])
-        index.num_cached_blocks("p0", [1, 2])
-        index.set_capacity("p0", 1)
-        index.clear("p0")
-        index.forget_replica("p0")
-        snaps = {
-            pool: [ReplicaSnapshot(f"{pool[0]}0", pool, 0, 0, 0.5, 0)]
-            for pool in ("prefill", "decode")
-        }
-        request = RequestSummary("warm-up", 4096, (1, 2), 0, 0.0)
-        RoutingPolicy().decide(
-            request, snaps["prefill"], snaps["decode"], index, OutstandingWork(), 0.0
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pdserve.names import POOLS, PolicyName, PoolName
+from pdserve.router.policy.itl_guard import ItlCost, ItlVerdictCode
 
 
 class NoReplicaError(RuntimeError):
@@ -99,8 +100,9 @@ class Candidate:
     `num_cached_tokens`: prompt tokens whose KV this replica already holds (longest cached
     prefix). `est_prefill_s`: estimated seconds to prefill this request there, given that
     cache. `outstanding_prefill_s`: estimated seconds of prefill work already queued there
-    (not counting this request). `transfer_s`: estimated seconds to move this request's KV
-    from there to decode (0 for a decode replica prefilling locally).
+    (not counting this request). `transfer_s`: what the remote option adds from there: the
+    remote path's fixed cost and moving this request's KV to decode
+    (`CostModel.est_remote_extra_s`; 0 for a decode replica prefilling locally).
     """
 
     replica: ReplicaSnapshot
@@ -153,6 +155,12 @@ class Decision:
     predicted_wait_s: float = 0.0
     """Predicted seconds this request waits for queued prefill work where it prefills (what
     admission control's prefill-backlog bound checks)."""
+    itl: ItlVerdictCode | None = None
+    """The ITL guard's verdict when it weighed prefilling on the decode replica (pdserve
+    policy, itl_slo_s set, streams decoding there): `worth` (prefilled there), `not_worth` or
+    `no_headroom` (sent to the prefill pool); None when it did not weigh one."""
+    itl_cost: ItlCost | None = None
+    """The guard's prediction behind `itl`: ITL budget, predicted step, streams, chunk."""
 
     @property
     def prefill_is_local(self) -> bool:

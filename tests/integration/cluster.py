@@ -60,6 +60,27 @@ class Cluster:
         headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return httpx.Client(base_url=self.url, timeout=timeout_s, headers=headers)
 
+    def wait_idle(
+        self, pools: tuple[str, ...] = ("prefill", "decode"), timeout_s: float = 60
+    ) -> None:
+        """Until the router's view (`/v1/pdserve/replicas`) has every replica of `pools` idle:
+        nothing running, waiting or queued for prefill. An earlier test's load (an overload
+        burst, abandoned streams) can still be draining; on a busy pool the policy rightly
+        places differently (spills to decode, or keeps a prompt off a decode engine whose
+        streams it would stall), which is not what a placement test exercises."""
+        deadline = time.monotonic() + timeout_s
+        with self.http() as http:
+            while True:
+                view = http.get("/v1/pdserve/replicas").json()["pools"]
+                busy = [
+                    r for pool in pools for r in view.get(pool, [])
+                    if r["running"] or r["waiting"] or r["queued_prefill_tokens"]
+                ]  # fmt: skip
+                if all(view.get(pool) for pool in pools) and not busy:
+                    return
+                assert time.monotonic() < deadline, f"still busy after {timeout_s} s: {busy}"
+                time.sleep(0.2)
+
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         """The sum of the samples of `name` whose labels include `labels` (0 when absent)."""
         from prometheus_client.parser import text_string_to_metric_families

@@ -157,6 +157,7 @@ def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -
         TENANT_TOKEN_KINDS,
     )
     from pdserve.router.observe import FallbackReason
+    from pdserve.router.policy.itl_guard import ItlVerdictCode
 
     cluster.client().completions.create(model="pdserve-demo", prompt="label me", max_tokens=2)
     httpx.post(f"{cluster.url}/v1/completions", json={"model": "x", "prompt": "y"}, timeout=10)
@@ -174,6 +175,7 @@ def test_live_metrics_follow_the_catalog_with_bounded_labels(cluster: Cluster) -
         "tenant": {"default"},  # this cluster has no keys: one tenant
         "tier": {"prefill", "decode"},
         "kind": set(TENANT_TOKEN_KINDS),
+        "verdict": set(get_args(ItlVerdictCode)),
     }
     seen = set()
     for family in text_string_to_metric_families(text):

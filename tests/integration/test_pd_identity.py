@@ -86,6 +86,7 @@ def test_disaggregated_matches_aggregated_and_decode_pulls_kv(
     decode = engine_handles["decode"]
 
     expected, expected_prompt_tokens, _ = _run(reference, api, stream, text)
+    cluster.wait_idle()  # an earlier test's draining load would change the placement
     transfers_before = cluster.metric("pdserve_kv_transfers_total")
     stats_before = decode.stats.remote().result()
 

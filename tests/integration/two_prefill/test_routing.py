@@ -36,12 +36,14 @@ def _route(resp: httpx.Response) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_agent_loop_sticks_to_its_prefix_and_placement_is_enforced(two_prefill: Cluster) -> None:
     with two_prefill.http() as http:
         _chat(http, [{"role": "user", "content": "warm up"}], "pdserve")  # view attaches
+        two_prefill.wait_idle(("prefill",))
         messages = [{"role": "system", "content": text_of_words(300, salt=5150)}]
-        prefill_replicas, cached = [], []
+        prefill_replicas, cached, reasons = [], [], []
         for step in range(4):
             messages.append({"role": "user", "content": text_of_words(150, salt=step)})
             resp = _chat(http, messages, "pdserve")
             decision, served = _route(resp)
+            reasons.append(decision["reason"])
             if decision["prefill"] is not None:
                 assert served["prefill"] == decision["prefill"], "placement not enforced"
                 prefill_replicas.append(decision["prefill"])
@@ -54,7 +56,9 @@ def test_agent_loop_sticks_to_its_prefix_and_placement_is_enforced(two_prefill: 
             messages.append(
                 {"role": "assistant", "content": resp.json()["choices"][0]["message"]["content"]}
             )
-    assert len(set(prefill_replicas)) == 1, f"the loop moved between replicas: {prefill_replicas}"
+    assert len(set(prefill_replicas)) == 1, (
+        f"the loop moved between replicas: {prefill_replicas}; reasons: {reasons}"
+    )
     assert all(later > 0 for later in cached[1:]), f"no prefix reuse after step 1: {cached}"
     with two_prefill.http() as http:
         view = http.get("/v1/pdserve/replicas").json()

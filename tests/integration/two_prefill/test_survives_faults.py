@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pathlib
 import signal
 import time
 from collections.abc import Iterator
@@ -31,6 +32,10 @@ from pdserve.bench.faults import FaultName, verdict
 from pdserve.bench.faults_config import FaultsConfig
 from pdserve.bench.faults_run import FaultRun, FaultRunner
 from pdserve.names import PoolName
+from pdserve.report.browser import look
+from pdserve.report.faults_page import faults_document, faults_page
+from pdserve.report.page import write_report
+from tests.artifacts import artifact
 from tests.integration.cluster import Cluster
 from tests.integration.texts import text_of_words
 from tests.integration.two_prefill.settings import API_KEY, RAY_PORT_2P1D
@@ -113,10 +118,17 @@ def test_a_frozen_prefill_engine_costs_no_request_and_is_replaced(
 
 
 def test_a_killed_prefill_engine_costs_no_request_and_is_replaced(
-    two_prefill: Cluster, fallbacks: dict[str, float]
+    two_prefill: Cluster, fallbacks: dict[str, float], tmp_path: pathlib.Path
 ) -> None:
     run = run_fault(two_prefill, "kill-prefill")
     row = run.row
+    # The run's report (what `bench-faults --report` writes), opened in headless Chromium:
+    # the fault and the recovery marked on the time series where they happened.
+    doc = faults_document({}, [(row, run.outcomes, run.fault_s)])
+    seen = look(write_report(faults_page(doc), doc, tmp_path), artifact("report-bench-faults.png"))
+    assert seen.problems == [], seen.problems
+    answers = seen.charts["answers-kill-prefill"]
+    assert answers.event_markers == 2 and "fault: kill-prefill" in answers.text
     assert (row.lost, row.failed_cleanly) == (0, 0), _lost(run)
     assert row.fell_back >= 1, f"no request was on the killed engine: nothing tested ({row})"
     counted = sum(

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import ChatMessage, RequestSpec
 from pdserve.bench.payload import POLICY_HEADER, request_body, request_headers
-from pdserve.router.headers import KV_VERIFY_HEADER
+from pdserve.router.headers import ITL_GUARD_HEADER, KV_VERIFY_HEADER
 
 
 @pytest.mark.parametrize(
@@ -77,3 +77,11 @@ def test_kv_verify_phases_send_the_kv_verify_header_and_not_a_policy() -> None:
     BenchConfig(policies=("kv-verify:on", "kv-verify:off"))
     with pytest.raises(ValidationError, match="kv-verify:on or kv-verify:off"):
         BenchConfig(policies=("kv-verify:maybe", "kv-verify:off"))
+
+
+def test_itl_guard_phases_send_the_itl_guard_header_and_not_a_policy() -> None:
+    assert request_headers("itl-guard:off") == {ITL_GUARD_HEADER: "off"}
+    assert request_headers("itl-guard:on") == {ITL_GUARD_HEADER: "on"}
+    BenchConfig(policies=("round_robin", "itl-guard:off", "itl-guard:on"))
+    with pytest.raises(ValidationError, match="itl-guard:on or itl-guard:off"):
+        BenchConfig(policies=("itl-guard:auto", "itl-guard:off"))

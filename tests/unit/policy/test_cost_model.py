@@ -138,3 +138,13 @@ def test_fit_leaves_out_samples_with_no_time_and_says_so() -> None:
     assert any("1 sample(s) with no measured time" in n for n in result.notes)
     with pytest.raises(ValueError, match="with a positive time"):
         CostModel.fit([*samples[:2], PrefillSample(800, 0, 0.0)], [])
+
+
+def test_the_queue_estimate_counts_attention_as_if_the_prompts_were_equal() -> None:
+    """A lower bound: however the engine's queued tokens split between its prompts, their
+    attention is at least that of an even split."""
+    cost = CostModel(fixed_overhead_s=0.0, per_token_s=0.0, per_token_sq_s=1e-8)
+    even = cost.est_backlog_s(4000, 2)
+    assert even == pytest.approx(2 * cost.est_prefill_s(2000, 0))
+    assert even <= cost.est_prefill_s(3000, 0) + cost.est_prefill_s(1000, 0)
+    assert cost.est_backlog_s(4000, 0) == 0.0  # tokens without prompts: nothing to split

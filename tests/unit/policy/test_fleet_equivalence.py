@@ -61,7 +61,7 @@ def reference_pick(
                     cost.est_backlog_s(s.queued_prefill_tokens, s.num_queued_prefills),
                 ),
                 work.num_long_in_flight(s.replica_id, cfg.lane_long_prefill_s),
-                cost.est_transfer_s(n) if pool == "prefill" else 0.0,
+                cost.est_remote_extra_s(n) if pool == "prefill" else 0.0,
             )
         )
     for f in (HealthyFilter(), KVCapacityFilter(cfg.max_kv_cache_usage)):

@@ -32,7 +32,9 @@ def test_the_engines_own_queue_steers_placement_without_this_routers_work() -> N
                                        OutstandingWork(), 0.0)  # fmt: skip
     assert d.prefill_replica_id == "p1"
     wait_p0 = COST.est_backlog_s(_backlog(3.0), 4)
-    assert wait_p0 == pytest.approx(3.0 + 4 * COST.fixed_overhead_s)
+    tokens = _backlog(3.0)
+    attention = COST.per_token_sq_s * tokens * (tokens / 4) / 2  # as 4 equal prompts
+    assert wait_p0 == pytest.approx(3.0 + 4 * COST.fixed_overhead_s + attention)
     assert d.predicted_ttft_s["p0"] - d.predicted_ttft_s["p1"] == pytest.approx(wait_p0)
 
 
@@ -93,8 +95,8 @@ def test_the_remote_option_pays_the_kv_transfer_the_local_one_does_not() -> None
     d = RoutingPolicy(PolicyConfig(spill_max_decode_prefill_s=0)).decide(
         req(2000), [snap("p0")], DECODE, PrefixIndex(), OutstandingWork(), 0.0
     )
-    transfer = COST.est_transfer_s(2000)
-    assert transfer > 0
+    transfer = COST.est_remote_extra_s(2000)
+    assert transfer > COST.est_transfer_s(2000) > 0  # the hops and KV setup, then the move
     assert d.predicted_ttft_s["p0"] == pytest.approx(COST.est_prefill_s(2000, 0) + transfer)
     assert d.predicted_ttft_s["local:d0"] == pytest.approx(COST.est_prefill_s(2000, 0))
 

@@ -4,6 +4,7 @@ written had the simulated layouts been measured)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pathlib
 from collections.abc import Mapping
@@ -165,21 +166,31 @@ TRUTH_HOST = CpuHost(
 RUN_WORKLOAD = BenchConfig(workload="mixed", num_requests=100, request_rate=4.0, concurrency=32)
 
 
-def local_layouts(*names: str) -> dict[str, SimLayout]:
-    """The named local layouts (all three by default), from their deploy/ configs."""
-    return {
+def local_layouts(*names: str, itl_guard: bool = True) -> dict[str, SimLayout]:
+    """The named local layouts (all three by default), from their deploy/ configs.
+    `itl_guard` False: with router.routing.itl_slo_s null (the ITL guard off: local prefills
+    on the cold-token rule and spill-over alone, in the engines' configured chunks), as
+    every deployment ran before the guard existed."""
+    layouts = {
         n: layout_from_config(load_config(ROOT / "deploy" / LOCAL_CONFIGS[n]), name=n)
         for n in names or LOCAL_CONFIGS
+    }
+    if itl_guard:
+        return layouts
+    return {
+        n: dataclasses.replace(lay, policy=lay.policy.model_copy(update={"itl_slo_s": None}))
+        for n, lay in layouts.items()
     }
 
 
 @functools.cache
-def measured_run(rounds: int = 1) -> BenchReport:
+def measured_run(rounds: int = 1, *, itl_guard: bool = True) -> BenchReport:
     """A stand-in for a measured `pdserve bench --deployments` run of the three local layouts:
     the bench report of their simulation with LOCAL_PROFILE and TRUTH_HOST (cached; do not
-    modify it)."""
+    modify it); `itl_guard` as `local_layouts` takes it."""
     truth = LOCAL_PROFILE.with_host(TRUTH_HOST)
-    return simulated_report(local_layouts(), truth, RUN_WORKLOAD, rounds=rounds)
+    layouts = local_layouts(itl_guard=itl_guard)
+    return simulated_report(layouts, truth, RUN_WORKLOAD, rounds=rounds)
 
 
 def write_run(folder: pathlib.Path, rounds: int = 1) -> pathlib.Path:

@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 
 from pdserve.bench.config import BenchConfig
 from pdserve.cli import app
+from pdserve.report.browser import look
 from pdserve.sim.check import RankRow, RatioRow, direction, rank_row, ratio_rows, summarize
 from pdserve.sim.predict import Prediction, predict
+from tests.artifacts import artifact
 from tests.unit.sim.helpers import (
     LOCAL_CONFIGS,
     LOCAL_PROFILE,
@@ -93,6 +95,7 @@ def test_the_command_checks_runs_already_in_its_folder(tmp_path: pathlib.Path) -
     deployments = ",".join(f"{n}={ROOT / 'deploy' / c}" for n, c in LOCAL_CONFIGS.items())
     args = ["sim-check", "--out", str(out), "--reuse", "--profile", str(profile)]
     args += ["--workloads", "mixed", "--deployments", deployments]
+    args += ["--report", str(tmp_path / "report")]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
@@ -102,6 +105,12 @@ def test_the_command_checks_runs_already_in_its_folder(tmp_path: pathlib.Path) -
     doc = json.loads((out / "check.json").read_text())
     assert {r["layout"] for r in doc["ratios"]} == {"1p1d", "2p1d"}
     assert doc["ranks"][0]["workload"] == "mixed" and len(doc["summary"]) == 1
+    # Its HTML report, opened in headless Chromium: each layout's ratios, measured and
+    # predicted, drawn from the same document.
+    seen = look(tmp_path / "report" / "index.html", artifact("report-sim-check.png"))
+    assert seen.problems == [] and seen.kind == "prediction"
+    ratios = seen.charts["ratios-mixed"]
+    assert "1p1d all ITL p99" in ratios.text and "predicted (engines)" in ratios.text
 
 
 @pytest.mark.parametrize(

@@ -62,9 +62,17 @@ def test_no_spread_without_a_tail() -> None:
 
 def _inputs() -> tuple[SimProfile, SimLayout, BenchConfig, PolicyReport]:
     """The idle profile, the 1P1D layout, the run's workload and its measured 1P1D (a run
-    simulated on a known host, standing in for a measured one)."""
-    measured = measured_run().policies["1p1d"]
-    return LOCAL_PROFILE, local_layouts("1p1d")["1p1d"], RUN_WORKLOAD, measured
+    simulated on a known host, standing in for a measured one).
+
+    Both with the ITL guard off (router.routing.itl_slo_s null): the per-path terms are
+    fitted where the request classes tell the paths apart, a class that prefilled on the
+    decode engine throughout (no prefill stage) beside one that prefilled remotely. On this
+    1P1D the cold-token rule alone prefills every short prompt locally; the guard, on by
+    default, sends some of them to the prefill engine when the TTFT they would save there is
+    less than what they would cost the streams decoding on it, and no class is local
+    throughout."""
+    measured = measured_run(itl_guard=False).policies["1p1d"]
+    return LOCAL_PROFILE, local_layouts("1p1d", itl_guard=False)["1p1d"], RUN_WORKLOAD, measured
 
 
 @functools.cache

@@ -19,6 +19,7 @@ Stated tolerances, per workload, on the ratios layout ÷ aggregated of the same 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
@@ -30,7 +31,9 @@ import pytest
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.report import BenchReport
 from pdserve.bench.trace import load_trace
+from pdserve.router.policy.cost_model import CostModel
 from pdserve.sim.check import RatioRow, direction, ratio_rows
+from pdserve.sim.layout import SimLayout
 from pdserve.sim.predict import predict
 from pdserve.sim.profile import SimProfile
 from tests.unit.sim.helpers import local_layouts
@@ -51,13 +54,27 @@ def _runs() -> dict[str, dict[str, Any]]:
     return {run["name"]: run["report"] for run in runs}
 
 
+RECORDED_COST_MODEL = CostModel(remote_fixed_s=0.0)
+"""The router's cost model of every recorded deployment: the defaults of the time, which are
+today's without the remote path's fixed cost (remote_fixed_s came later, as did
+deploy/local-2p1d.yaml's fitted coefficients)."""
+
+
+def _as_recorded(layout: SimLayout) -> SimLayout:
+    """`layout` as its deployment ran when these runs were recorded, before issue 52: the ITL
+    guard off (router.routing.itl_slo_s null: local prefills on the cold-token rule and
+    spill-over alone, in the engines' configured chunks) and RECORDED_COST_MODEL."""
+    update = {"itl_slo_s": None, "cost_model": RECORDED_COST_MODEL}
+    return dataclasses.replace(layout, policy=layout.policy.model_copy(update=update))
+
+
 def _rows(workload: str) -> list[RatioRow]:
     runs = _runs()
     report = BenchReport.model_validate(runs[workload])
     profile = SimProfile.model_validate(runs["check"]["profiles"]["engines"])
     cfg = BenchConfig.model_validate({**report.config, "deployments": (), "json_path": None})
     records = load_trace(TRACE) if cfg.workload == "trace" else []
-    layouts = local_layouts(*report.policies)
+    layouts = {n: _as_recorded(lay) for n, lay in local_layouts(*report.policies).items()}
     predicted = {
         "engines": {n: predict(n, lay, profile, cfg, records) for n, lay in layouts.items()}
     }

@@ -24,11 +24,12 @@ from pdserve.sim.search import (
     Scored,
     apply,
     candidates,
+    meets_target,
     order,
     rank,
     typical_ttft_s,
 )
-from pdserve.sim.tune_cli import helm_values
+from pdserve.sim.tune_cli import helm_values, itl_bound_s
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 LOCAL = load_config(ROOT / "deploy" / "local.yaml")
@@ -111,6 +112,9 @@ def test_tune_writes_a_config_that_deploys(tmp_path: pathlib.Path) -> None:
             "tune", "--profile", str(prof), "--config", str(ROOT / "deploy" / "local.yaml"),
             "--devices", "2", "--num-requests", "100", "--request-rate", "3",
             "--chunk-tokens", "512", "--local-thresholds", "0", "--write", str(out),
+            # This profile's slow steps (a 512-token chunk alone takes 0.12 s) break the
+            # config's ITL SLO (0.1 s, the default bound) in every layout: no ITL bound here.
+            "--max-itl-p99-s", "0",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -152,8 +156,6 @@ def test_the_serving_latencies_are_fitted_from_idle_samples() -> None:
 
 
 def test_p99_bounds_turn_a_layout_down_whatever_its_goodput() -> None:
-    from pdserve.sim.search import meets_target
-
     workload = BenchConfig(workload="mixed", num_requests=100, request_rate=3.0)
     [r] = rank(LOCAL, _profile(), workload, [Candidate("aggregated", 0, 1, None, 0)])
     itl_p99 = r.prediction.metrics.itl_p99_s
@@ -222,3 +224,94 @@ def test_ttft_p99s_within_five_percent_rank_by_their_p50() -> None:
     got = order(list(reversed(ordered)), _scored, target_goodput=0.0)
     assert [r.candidate.chunk_tokens for r in got] == [2, 1, 3, 4]
     assert P99_TIE == 0.05
+
+
+# ---- the ITL bound -----------------------------------------------------------------------
+
+ITL_PROFILE = SimProfile(
+    cost_model=CostModel(fixed_overhead_s=0.01, per_token_s=1e-4, per_token_sq_s=0.0),
+    hop_s=0.002,
+)
+ITL_LOAD = BenchConfig(
+    workload="synthetic", num_requests=200, request_rate=4.0, concurrency=64,
+    input_dist="uniform:100:3000", output_dist="uniform:32:96",
+)  # fmt: skip
+
+
+def _with_routing(base: PdserveConfig, **routing: object) -> PdserveConfig:
+    raw = base.model_dump(mode="json")
+    raw["router"]["routing"].update(routing)
+    return PdserveConfig.model_validate(raw)
+
+
+def test_a_threshold_whose_local_prefills_break_the_itl_bound_is_not_recommended() -> None:
+    """1P1D with the ITL guard off (itl_slo_s null, as before issue 52), on synthetic prompts
+    of 100-3,000 tokens: prefilling those under 1,536 tokens on the decode engine gives the
+    best TTFT, but their 512-token chunks stretch its streams' steps and the ITL p99 with
+    them. With the ITL p99 bound between the two candidates' predictions, the threshold's
+    candidate does not meet the target and the one without local prefills is recommended."""
+    base = _with_routing(
+        LOCAL, itl_slo_s=None, cost_model=ITL_PROFILE.cost_model.model_dump(mode="json")
+    )
+    points = [Candidate("disaggregated", 1, 1, 512, t) for t in (0, 1536)]
+    free = rank(base, ITL_PROFILE, ITL_LOAD, points, target_goodput=0.9)
+    local, remote = free
+    assert local.candidate.local_prefill_max_cold_tokens == 1536  # the best TTFT p99
+    local_itl, remote_itl = local.prediction.metrics.itl_p99_s, remote.prediction.metrics.itl_p99_s
+    assert local_itl is not None and remote_itl is not None and local_itl > 1.2 * remote_itl
+    bound_s = (local_itl + remote_itl) / 2
+    assert not meets_target(local, 0.9, max_itl_p99_s=bound_s)
+    assert meets_target(remote, 0.9, max_itl_p99_s=bound_s)
+    bounded = order(free, _scored, target_goodput=0.9, max_itl_p99_s=bound_s)
+    assert [r.candidate.local_prefill_max_cold_tokens for r in bounded] == [0, 1536]
+
+
+def test_the_itl_bound_defaults_to_the_config_s_itl_slo() -> None:
+    assert LOCAL.router.routing.itl_slo_s == 0.1 and LOCAL.router.stream_batch_interval_ms == 50
+    assert itl_bound_s(None, LOCAL) == pytest.approx(0.15)  # the step budget + the interval
+    assert itl_bound_s(0.25, LOCAL) == 0.25
+    assert itl_bound_s(0.0, LOCAL) is None  # 0: no bound
+    assert itl_bound_s(None, _with_routing(LOCAL, itl_slo_s=None)) is None
+
+
+def _tune_itl(tmp_path: pathlib.Path, itl_slo_s: float, *extra: str) -> tuple[int, str]:
+    """`pdserve tune` on ITL_PROFILE's 1P1D candidates (local thresholds 0 and 1536) with a
+    base config whose router.routing.itl_slo_s is `itl_slo_s`; (exit code, output)."""
+    prof = tmp_path / "profile.json"
+    prof.write_text(ITL_PROFILE.model_dump_json())
+    config = tmp_path / "base.yaml"
+    base = _with_routing(LOCAL, itl_slo_s=itl_slo_s)
+    config.write_text(yaml.safe_dump(base.model_dump(mode="json", exclude_defaults=True)))
+    result = CliRunner().invoke(
+        app,
+        [
+            "tune", "--profile", str(prof), "--config", str(config), "--devices", "2",
+            "--no-aggregated", "--workload", "synthetic", "--num-requests", "100",
+            "--request-rate", "4", "--concurrency", "64", "--input-dist", "uniform:100:3000",
+            "--chunk-tokens", "512", "--local-thresholds", "0,1536", "--target-goodput", "0.9",
+            *extra,
+        ],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    return result.exit_code, result.output
+
+
+def test_tune_holds_candidates_to_the_config_s_itl_slo_and_prints_itl(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The table and the recommendation carry ITL p50/p90/p99 beside TTFT; the bound is the
+    base config's itl_slo_s plus its 50 ms stream interval unless --max-itl-p99-s says
+    otherwise (0: none). An ITL SLO no candidate can keep (1 ms a step: a decode step alone
+    takes longer) is no recommendation."""
+    code, out = _tune_itl(tmp_path, 0.5)
+    assert code == 0, out
+    for col in ("TTFT p90", "ITL p50", "ITL p90", "ITL p99"):
+        assert col in out
+    assert "ITL p99 <= 0.550 s" in out
+    [line] = [x for x in out.splitlines() if x.startswith("recommended:")]
+    assert "ITL p50" in line and "p90" in line and "(bound 0.550 s)" in line
+    code, out = _tune_itl(tmp_path, 0.001)
+    assert code == 1 and "within the p99 bounds" in out, out
+    assert "ITL p99 <= 0.0510 s" in out
+    code, out = _tune_itl(tmp_path, 0.001, "--max-itl-p99-s", "0")
+    assert code == 0 and "ITL p99 <=" not in out, out

@@ -90,7 +90,7 @@ def bench(
             "policies",
             "--compare",
             " Comma-separated, e.g. round_robin,pdserve, kv-verify:on,kv-verify:off or"
-            " round_robin,itl-guard:off,itl-guard:on.",
+            " round_robin,itl-guard:off,itl-guard:on or round_robin,pace:off,pace:on.",
         ),
     ] = None,
     deployments: Annotated[

@@ -14,6 +14,7 @@ Workload = Literal["mixed", "agent", "synthetic", "trace"]
 DEFAULT_POLICY = "default"
 KV_VERIFY_PHASES = ("kv-verify:on", "kv-verify:off")
 ITL_GUARD_PHASES = ("itl-guard:on", "itl-guard:off")
+PACE_PHASES = ("pace:on", "pace:off")
 """--compare phases that turn the KV check on or off (bench/payload.py sends the header)."""
 
 
@@ -90,7 +91,8 @@ class BenchConfig(StrictModel):
         description=(
             "--compare: x-pdserve-policy values, one phase each; `kv-verify:on` and "
             "`kv-verify:off` keep the router's policy and turn the KV check on or off; "
-            "`itl-guard:on` and `itl-guard:off` the ITL guard."
+            "`itl-guard:on` and `itl-guard:off` the ITL guard; `pace:on` and `pace:off` the "
+            "measured pace."
         ),
     )
     deployments: tuple[str, ...] = Field(
@@ -125,6 +127,9 @@ class BenchConfig(StrictModel):
         bad = [p for p in value if p.startswith("itl-guard:") and p not in ITL_GUARD_PHASES]
         if bad:
             raise ValueError(f"--compare: use itl-guard:on or itl-guard:off, not {bad}")
+        bad = [p for p in value if p.startswith("pace:") and p not in PACE_PHASES]
+        if bad:
+            raise ValueError(f"--compare: use pace:on or pace:off, not {bad}")
         return value
 
     @field_validator("deployments")

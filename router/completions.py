@@ -39,6 +39,7 @@ from pdserve.router.headers import (
     FAIR_SHARE_HEADER,
     ITL_GUARD_HEADER,
     KV_VERIFY_HEADER,
+    PACE_HEADER,
     POLICY_HEADER,
     PROMPT_COST_HEADER,
     REQUEST_ID_HEADER,
@@ -134,6 +135,7 @@ class CompletionHandler:
             kv_verify = self._kv_verify_of(request)
             fair_share = self._fair_share_of(request)
             itl_guard = self._itl_guard_of(request)
+            pace = self._on_off(request, PACE_HEADER)
             reserved = self._limiter.reserve_tokens(
                 tenant, len(prepared.prompt_token_ids), prepared.sampling.max_tokens
             )
@@ -165,6 +167,7 @@ class CompletionHandler:
                 tenant=tenant,
                 fair_share=fair_share,
                 itl_guard=itl_guard,
+                pace=pace,
             )
         builder = ResponseBuilder(
             kind=endpoint,
@@ -238,7 +241,12 @@ class CompletionHandler:
         return None if value is None else value == "on"
 
     def _itl_guard_of(self, request: Request) -> bool | None:
-        value = self._override(request, ITL_GUARD_HEADER, ("on", "off"))
+        return self._on_off(request, ITL_GUARD_HEADER)
+
+    def _on_off(self, request: Request, header: str) -> bool | None:
+        """An `on` / `off` override header (None when absent; 400 when overrides are off or
+        the value is neither)."""
+        value = self._override(request, header, ("on", "off"))
         return None if value is None else value == "on"
 
     def _kv_verify_of(self, request: Request) -> bool | None:

@@ -34,5 +34,10 @@ ITL_GUARD_HEADER = "x-pdserve-itl-guard"
 budget or not, whatever router.routing.itl_slo_s says (`on` needs an itl_slo_s to apply; only
 with router.allow_policy_override: `pdserve profile` measures local prefills beside streams
 with it off, and comparisons can run both in one run)."""
+PACE_HEADER = "x-pdserve-pace"
+"""Request: `on` or `off`, compare a local prefill with a remote one on the measured pace
+(router.routing.pace_weight) or on the cost model's predictions as they are (`on` needs a
+pace_weight to apply; only with router.allow_policy_override: `pdserve bench --compare
+pace:on,pace:off` runs both in one run). The pace learns from every prefill either way."""
 TENANT_HEADER = "x-pdserve-tenant"
 """Response: the tenant the request's key belongs to (a name from the key file, never a key)."""

@@ -167,7 +167,7 @@ class RequestObservation:
             self._owner.metrics.tenant_prefill_seconds.labels(self.tenant).inc(measured)
         placer = self._owner.placer
         if placer is not None:
-            placer.prefill_done(self.decision, self.placement_id)
+            placer.prefill_done(self.decision, self.placement_id, measured)
 
     def fell_back(
         self, stage: FallbackStage, reason: FallbackReason, action: FallbackAction, detail: str

@@ -179,11 +179,13 @@ class Orchestrator:
         tenant: Tenant | None = None,
         fair_share: bool | None = None,
         itl_guard: bool | None = None,
+        pace: bool | None = None,
     ) -> Generation:
         """Place the request, prefill it (remotely, or locally on decode) and return the
         decode stream. `policy` overrides the configured routing policy for this request,
         `kv_verify` the kv_transfer.verify setting, `fair_share` router.tenants.fair_share,
-        `itl_guard` whether router.routing.itl_slo_s applies (None: the settings decide).
+        `itl_guard` whether router.routing.itl_slo_s applies, `pace` whether the measured
+        pace (router.routing.pace_weight) does (None: the settings decide).
         With fair sharing the request first waits its turn in the prefill tier's queue (its
         predicted prefill seconds), then the decode tier's (a stream slot), as `tenant`
         (None: not queued); it holds both until its prefill, and its stream, end. Raises at
@@ -193,7 +195,7 @@ class Orchestrator:
         share = self._fair_share if fair_share is None else fair_share
         if share and tenant is not None and self._gates is not None:
             await self._enter_tiers(self._gates, prepared, obs, tenant)
-        decision = self._place(prepared, policy, obs, itl_guard)
+        decision = self._place(prepared, policy, obs, itl_guard, pace)
         obs.placed(decision)
         interval = self._stream_batch_interval_s
         num_prompt = len(prepared.prompt_token_ids)
@@ -363,6 +365,7 @@ class Orchestrator:
         policy: PolicyName | None,
         obs: RequestObservation,
         itl_guard: bool | None = None,
+        pace: bool | None = None,
     ) -> Decision | None:
         """Failure point `placement`; raises AdmissionRejected (429) when the chosen
         replicas are past their admission bounds."""
@@ -376,6 +379,7 @@ class Orchestrator:
                 prepared.priority,
                 policy,
                 itl_guard=itl_guard,
+                pace=pace,
             )
         except NoReplicaError as exc:
             obs.failed("placement", exc)

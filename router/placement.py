@@ -63,6 +63,7 @@ class Placer:
         policy: PolicyName | None,
         *,
         itl_guard: bool | None = None,
+        pace: bool | None = None,
     ) -> Decision | None:
         """The decision for one request; None until the replica view is ready (the first
         requests after start-up are then placed by load alone). Raises NoReplicaError (503)
@@ -100,6 +101,7 @@ class Placer:
             policy=policy,
             open_streams=self._streams,
             itl_guard=itl_guard,
+            pace=pace,
         )
         self._admit(decision)
         prefilling = decision.prefill_replica_id or decision.decode_replica_id
@@ -200,12 +202,18 @@ class Placer:
         self._streams.add(decode_replica_id, 1)
         self._stream_of[request_id] = decode_replica_id
 
-    def prefill_done(self, decision: Decision | None, request_id: str) -> None:
+    def prefill_done(
+        self, decision: Decision | None, request_id: str, measured_s: float | None = None
+    ) -> None:
         """Call once when the request's prefill finished or failed (remote: the prefill call
-        returned; local: the decode replica produced its first token or failed)."""
+        returned; local: the decode replica produced its first token or failed).
+        `measured_s`: the engine's prefill seconds (scheduled → first token), when known: the
+        policy's measured pace learns from it."""
         if decision is not None:
             prefilling = decision.prefill_replica_id or decision.decode_replica_id
             self._work.finish(prefilling, request_id)
+            if measured_s is not None:
+                self._policy.observe_prefill(decision, measured_s)
         queued = self._queued.pop(request_id, None)
         if queued is not None:
             self._queued_tokens[queued[0]] -= queued[1]

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 
 from pdserve.itl_budget import ItlSettings
 from pdserve.names import PolicyName, PoolName
-from pdserve.router.policy import ReplicaSnapshot, RequestSummary
+from pdserve.router.policy import Decision, ReplicaSnapshot, RequestSummary
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.prefix_index import PrefixIndex
 from pdserve.router.policy.state import OutstandingWork, with_open_streams
@@ -268,6 +268,12 @@ class Simulation:
         self._seq_of[id(seq)] = result
         self._at(self._now + hop, lambda: self._submit(prefilling, seq))
 
+    def _observe_prefill(self, decision: Decision, seq: Seq) -> None:
+        """The router's measured pace learns from the prefill just done (scheduled → now, as
+        the engines report it)."""
+        if seq.scheduled_s is not None:
+            self._policy.observe_prefill(decision, self._now - seq.scheduled_s)
+
     def _handoff(self, prefill_seq: Seq) -> None:
         """A remote prefill finished: reply to the router, decode request, KV pull."""
         result = self._seq_of.pop(id(prefill_seq))
@@ -276,6 +282,7 @@ class Simulation:
             raise RuntimeError(f"{prefill_seq.request_id}: a handoff without a remote prefill")
         request = result.request
         self._work.finish(d.prefill_replica_id, request.request_id)
+        self._observe_prefill(d, prefill_seq)
         result.cached_tokens = prefill_seq.cached_tokens
         seq = Seq(
             request_id=request.request_id,
@@ -404,6 +411,8 @@ class Simulation:
             result = self._seq_of.get(id(seq))
             if result is not None and not seq.prefill_only:  # local prefill: first token now
                 self._work.finish(engine_id, seq.request_id)
+                if result.decision is not None:
+                    self._observe_prefill(result.decision, seq)
                 result.cached_tokens = seq.cached_tokens
         for seq in done:
             if seq.prefill_only:

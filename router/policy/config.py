@@ -118,6 +118,22 @@ class PolicyConfig(StrictModel):
             "in total). 0 = no spill-over."
         ),
     )
+    pace_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description=(
+            "Measured pace: each finished prefill's weight in a moving mean, per pool, of its "
+            "engine-measured seconds ÷ the cost model's prediction. The local-vs-remote "
+            "comparison (spill-over, and the TTFT a local prefill saves in the ITL guard) "
+            "scales each side's predicted compute, queued work and the prompt, by its pool's "
+            "mean, so a prefill pool slower under load than its profile is seen as it is now. "
+            "Placement within a pool is unchanged. Set it with a profiled cost model (`pdserve "
+            "profile`): a pool's mean moves only with that pool's own prefills, so with an "
+            "uncalibrated model the side that prefilled last would look faster. 0 (the "
+            "default): the cost model's predictions as they are."
+        ),
+    )
     itl_slo_s: float | None = Field(
         default=0.1,
         gt=0,

@@ -30,6 +30,7 @@ from pdserve.router.policy import pool_kernel
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights
 from pdserve.router.policy.itl_guard import ItlGuard, ItlVerdict
 from pdserve.router.policy.load import least_loaded, replica_load
+from pdserve.router.policy.pace import PrefillPace
 from pdserve.router.policy.plugins import (
     TIE_TOLERANCE,
     KVUsageScorer,
@@ -117,6 +118,8 @@ class RoutingPolicy:
             min_chunk_tokens=cfg.min_prefill_chunk_tokens,
         )
         self._priority = PriorityAssigner(cfg.priority_bucket_base_s, cfg.max_priority_levels)
+        self.pace = PrefillPace(cfg.pace_weight)
+        """Measured ÷ predicted prefill seconds per pool (`observe_prefill` feeds it)."""
         self._rr_next: dict[PoolName, int] = {"prefill": 0, "decode": 0}
         self._pool_arrays: dict[PoolName, PoolArrays] = {}
         # The kernel's inputs from the config (pool_kernel.evaluate's docstring).
@@ -149,6 +152,7 @@ class RoutingPolicy:
         policy: PolicyName | None = None,
         open_streams: OpenStreams | None = None,
         itl_guard: bool | None = None,
+        pace: bool | None = None,
     ) -> Decision:
         """Choose the prefill replica (None = prefill locally on decode), the decode replica
         and the engine priority for `request`.
@@ -160,7 +164,9 @@ class RoutingPolicy:
         `open_streams`: decode streams this router has open per decode replica (a replica
         counts at least that many requests: its stats lag); pdserve policy only.
         `itl_guard`: False skips the ITL guard for this request (None or True: it applies
-        when the config sets itl_slo_s).
+        when the config sets itl_slo_s). `pace`: False compares local and remote with the
+        cost model's predictions as they are (None or True: scaled by `self.pace` when the
+        config sets pace_weight).
 
         Cost (pdserve): one prefix-index pass for every replica, then a few dozen numpy
         operations per pool; the pool arrays are rebuilt (O(replicas)) only when a new
@@ -175,7 +181,15 @@ class RoutingPolicy:
             )
         if name == "pdserve":
             return self._pdserve(
-                request, prefill, decode, index, work, now_s, open_streams, itl_guard is not False
+                request,
+                prefill,
+                decode,
+                index,
+                work,
+                now_s,
+                open_streams,
+                itl_guard is not False,
+                pace is not False,
             )
         if self.aggregated:
             return self._aggregated_baseline(name, request, decode, index, work)
@@ -197,6 +211,16 @@ class RoutingPolicy:
             )
         raise ValueError(f"unknown routing policy {name!r}: use pdserve, round_robin, least_loaded")
 
+    def observe_prefill(self, decision: Decision, measured_s: float) -> None:
+        """A prefill this policy placed took `measured_s` on its engine (scheduled → first
+        token): the measured pace of its pool (prefill, or decode for a local prefill) moves
+        toward measured ÷ `decision.est_prefill_s`. Only pdserve's decisions count (the
+        baselines' estimates are the same model's, but not what they were placed by)."""
+        if decision.policy != "pdserve" or self.aggregated:
+            return
+        pool: PoolName = "decode" if decision.prefill_is_local else "prefill"
+        self.pace.observe(pool, decision.est_prefill_s, measured_s)
+
     # ---- pdserve ----
 
     def _pdserve(
@@ -209,6 +233,7 @@ class RoutingPolicy:
         now_s: float,
         open_streams: OpenStreams | None,
         guard: bool = True,
+        paced: bool = True,
     ) -> Decision:
         depths = index.prefix_depths(request.block_hashes)
         d_pick = self._pick("decode", request, decode, depths, index, work, open_streams)
@@ -230,41 +255,53 @@ class RoutingPolicy:
         guard = guard and self._itl.enabled and streams > 0
         if reason is not None and not guard:
             return self._decision(request, None, d, d, work, now_s, reason, scores, predicted)
-        p_pick = self._pick("prefill", request, prefill, depths, index, work, None)
+        # The measured pace: each side's predicted compute (queued work + this prompt) scaled by
+        # its pool's recent measured ÷ predicted prefill seconds (1 when off).
+        rp = self.pace.ratio("prefill") if paced else 1.0
+        rd = self.pace.ratio("decode") if paced else 1.0
+        p_pick = self._pick("prefill", request, prefill, depths, index, work, None, rp)
         p = p_pick.candidate
         scores.update(p_pick.scores)
-        predicted[p.replica_id] = p.predicted_ttft_s
+        remote_ttft_s = rp * (p.outstanding_prefill_s + p.est_prefill_s) + p.transfer_s
         predicted.update(p_pick.fastest)
+        predicted[p.replica_id] = remote_ttft_s
         cfg = self.config
         verdict: ItlVerdict | None = None
         weighed: ItlVerdict | None = None  # the verdict that sent a local option remote
-        local_ttft_s = d.predicted_ttft_s
+        local_ttft_s = rd * d.predicted_ttft_s
         if guard:
             uncached = request.num_prompt_tokens - d.num_cached_tokens
             cost = self._itl.cost(streams, uncached, d.num_cached_tokens)
-            local_ttft_s = self._itl.local_ttft_s(cost, d.outstanding_prefill_s, d.est_prefill_s)
-            predicted[local] = local_ttft_s
-            verdict = self._itl.judge(
-                streams, uncached, d.num_cached_tokens, p.predicted_ttft_s - local_ttft_s
+            local_ttft_s = self._itl.local_ttft_s(
+                cost, rd * d.outstanding_prefill_s, rd * d.est_prefill_s
             )
+            verdict = self._itl.judge(
+                streams, uncached, d.num_cached_tokens, remote_ttft_s - local_ttft_s
+            )
+        predicted[local] = local_ttft_s
+        pace_note = (
+            f"; measured pace prefill x{rp:.2f}, decode x{rd:.2f}"
+            if paced and self.pace.enabled
+            else ""
+        )
         if reason is not None and verdict is not None:
             if verdict.local:
-                reason = f"{reason}; {verdict.reason}; {verdict.cost.header()}"
+                reason = f"{reason}; {verdict.reason}; {verdict.cost.header()}{pace_note}"
                 return self._decision(
                     request, None, d, d, work, now_s, reason, scores, predicted, verdict
                 )
-            reason = f"remote, not local ({verdict.code}): {verdict.reason}"
+            reason = f"remote, not local ({verdict.code}): {verdict.reason}{pace_note}"
             weighed = verdict
         else:
             reason = ""
-            gain_s = p.predicted_ttft_s - local_ttft_s
+            gain_s = remote_ttft_s - local_ttft_s
             if (
                 gain_s >= cfg.spill_min_gain_s
-                and d.predicted_ttft_s <= cfg.spill_max_decode_prefill_s
+                and rd * d.predicted_ttft_s <= cfg.spill_max_decode_prefill_s
             ):
                 spill = (
                     f"spill: local on decode {d.replica_id} predicted {local_ttft_s:.3f} s, "
-                    f"remote on {p.replica_id} {p.predicted_ttft_s:.3f} s"
+                    f"remote on {p.replica_id} {remote_ttft_s:.3f} s{pace_note}"
                 )
                 if verdict is None or verdict.local:
                     if verdict is not None:
@@ -272,12 +309,12 @@ class RoutingPolicy:
                     return self._decision(
                         request, None, d, d, work, now_s, spill, scores, predicted, verdict
                     )
-                reason = f"remote, not spilled ({verdict.code}): {verdict.reason}"
+                reason = f"remote, not spilled ({verdict.code}): {verdict.reason}{pace_note}"
                 weighed = verdict
         remote = (
             f"remote: prefill {p.replica_id} has {p.num_cached_tokens // self._block_size}/"
-            f"{len(request.block_hashes)} blocks, predicted TTFT {p.predicted_ttft_s:.3f} s; "
-            f"decode {d.replica_id}"
+            f"{len(request.block_hashes)} blocks, predicted TTFT {remote_ttft_s:.3f} s; "
+            f"decode {d.replica_id}{pace_note}"
         )
         reason = f"{reason}; {remote}" if reason else remote
         return self._decision(
@@ -326,9 +363,11 @@ class RoutingPolicy:
         index: PrefixIndex,
         work: OutstandingWork,
         open_streams: OpenStreams | None,
+        pace: float = 1.0,
     ) -> PoolPick:
         """Filters, scorers and picker over the pool (pool_kernel.evaluate, the compiled form
-        of plugins.py). Raises NoReplicaError when no replica is healthy."""
+        of plugins.py). Raises NoReplicaError when no replica is healthy. `pace` scales the
+        fastest replicas' predicted compute in `PoolPick.fastest` (not the pick)."""
         lanes = pool == "prefill" and self.config.lanes
         a = self._arrays(pool, snapshots, index)
         a.sync(index, work, open_streams, self.config.lane_long_prefill_s if lanes else None)
@@ -376,7 +415,9 @@ class RoutingPolicy:
             values["total"] = float(a.out_totals[r])
             table[a.snapshots[r].replica_id] = values
         fastest = {
-            a.snapshots[r].replica_id: float(a.out_outstanding_s[r] + a.out_est_s[r] + transfer_s)
+            a.snapshots[r].replica_id: float(
+                pace * (a.out_outstanding_s[r] + a.out_est_s[r]) + transfer_s
+            )
             for r in (int(x) for x in a.out_fastest[:n_fast])
         }
         return PoolPick(a.candidate(chosen, transfer_s), table, fastest)

@@ -15,37 +15,13 @@ measured engine seconds.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pdserve.router.admission import AdmissionRejected
+from pdserve.router.policy.pace import CostScale
 from pdserve.router.tenants.directory import Tenant
 from pdserve.router.tenants.fair_queue import FairQueue, QueueFull, QueueMode, Ticket
-
-
-class CostScale:
-    """Measured ÷ predicted cost of the tier's recent requests (pure): an exponentially
-    weighted mean of log ratios, so a cost model that is off by a constant factor on this
-    hardware (not yet calibrated with `pdserve profile`) still sizes the tier's window in
-    measured seconds. Starts at 1; each ratio is clamped to [1/20, 20]."""
-
-    def __init__(self, weight: float = 0.1):
-        self._weight = weight
-        self._log_ratio = 0.0
-
-    @property
-    def ratio(self) -> float:
-        return math.exp(self._log_ratio)
-
-    def observe(self, predicted: float, measured: float) -> None:
-        if predicted <= 0 or measured <= 0:
-            return
-        sample = min(_MAX_LOG_RATIO, max(-_MAX_LOG_RATIO, math.log(measured / predicted)))
-        self._log_ratio += self._weight * (sample - self._log_ratio)
-
-
-_MAX_LOG_RATIO = math.log(20.0)
 
 
 class Pass:

@@ -40,7 +40,9 @@ def two_prefill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             # fitted prefill cost a 500-token cached prefix saves ~4 ms, less than a replica
             # report that still counts the previous step's prompt, so the agent-loop test's
             # stickiness would hang on the report's timing (a known weakness, issue 52).
-            "routing": {"cost_model": CostModel().model_dump()},
+            # The measured pace on (off by default), for test_pace.py; the spill test turns it
+            # off for its request.
+            "routing": {"cost_model": CostModel().model_dump(), "pace_weight": 0.1},
         },
     }
     yield from package_cluster(

@@ -25,8 +25,10 @@ from tests.integration.two_prefill.settings import RAY_PORT_2P1D
 def _complete(http: httpx.Client, prompt: str, policy: str) -> httpx.Response:
     body = {"model": "pdserve-demo", "prompt": prompt, "max_tokens": 8, "temperature": 0}
     # Fair sharing off: this cluster has tenants, and with sharing the router would hold the
-    # excess in its own queue instead of letting the prefill engines back up.
-    headers = {"x-pdserve-policy": policy, "x-pdserve-fair-share": "off"}
+    # excess in its own queue instead of letting the prefill engines back up. The measured pace
+    # off: with this cluster's default cost model (20x this model's prefill) it would scale the
+    # stopped engines' backlog down to what they usually take, not what they take stopped.
+    headers = {"x-pdserve-policy": policy, "x-pdserve-fair-share": "off", "x-pdserve-pace": "off"}
     return http.post("/v1/completions", json=body, headers=headers)
 
 

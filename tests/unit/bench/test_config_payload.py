@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from pdserve.bench.config import BenchConfig
 from pdserve.bench.models import ChatMessage, RequestSpec
 from pdserve.bench.payload import POLICY_HEADER, request_body, request_headers
-from pdserve.router.headers import ITL_GUARD_HEADER, KV_VERIFY_HEADER
+from pdserve.router.headers import ITL_GUARD_HEADER, KV_VERIFY_HEADER, PACE_HEADER
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,8 @@ def test_itl_guard_phases_send_the_itl_guard_header_and_not_a_policy() -> None:
     BenchConfig(policies=("round_robin", "itl-guard:off", "itl-guard:on"))
     with pytest.raises(ValidationError, match="itl-guard:on or itl-guard:off"):
         BenchConfig(policies=("itl-guard:auto", "itl-guard:off"))
+    assert request_headers("pace:off") == {PACE_HEADER: "off"}
+    assert request_headers("pace:on") == {PACE_HEADER: "on"}
+    BenchConfig(policies=("round_robin", "pace:off", "pace:on"))
+    with pytest.raises(ValidationError, match="pace:on or pace:off"):
+        BenchConfig(policies=("pace:auto", "pace:off"))

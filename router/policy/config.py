@@ -129,9 +129,10 @@ class PolicyConfig(StrictModel):
             "scales each side's predicted compute, queued work and the prompt, by its pool's "
             "mean, so a prefill pool slower under load than its profile is seen as it is now. "
             "Placement within a pool is unchanged. Set it with a profiled cost model (`pdserve "
-            "profile`): a pool's mean moves only with that pool's own prefills, so with an "
-            "uncalibrated model the side that prefilled last would look faster. 0 (the "
-            "default): the cost model's predictions as they are."
+            "profile`): a pool's mean moves only with that pool's own prefills, so with a model "
+            "far off (the defaults) one pool can be corrected long before the other and the "
+            "comparison leans to it. 0 (the default): the cost model's predictions as they "
+            "are."
         ),
     )
     itl_slo_s: float | None = Field(

@@ -27,9 +27,14 @@ import numpy as np
 
 from pdserve.names import PolicyName, PoolName
 from pdserve.router.policy import pool_kernel
+from pdserve.router.policy.baselines import (
+    aggregated_baseline_decision,
+    baseline_candidate,
+    baseline_decision,
+)
 from pdserve.router.policy.config import PolicyConfig, ScorerWeights
 from pdserve.router.policy.itl_guard import ItlGuard, ItlVerdict
-from pdserve.router.policy.load import least_loaded, replica_load
+from pdserve.router.policy.load import least_loaded
 from pdserve.router.policy.pace import PrefillPace
 from pdserve.router.policy.plugins import (
     TIE_TOLERANCE,
@@ -432,36 +437,6 @@ class RoutingPolicy:
             cached = self._pool_arrays[pool] = PoolArrays.build(pool, snapshots, self._cost, index)
         return cached
 
-    def _candidate(
-        self,
-        pool: PoolName,
-        request: RequestSummary,
-        snap: ReplicaSnapshot,
-        index: PrefixIndex,
-        work: OutstandingWork,
-    ) -> Candidate:
-        """Evaluate one replica (the baselines' pick): cached prefix, own prefill estimate,
-        queued prefill seconds (as `candidate_columns` computes them)."""
-        if snap.pool != pool:
-            raise ValueError(
-                f"replica {snap.replica_id} is a {snap.pool} replica, passed as {pool}"
-            )
-        cost = self._cost
-        n = request.num_prompt_tokens
-        rid = snap.replica_id
-        cached = min(index.num_cached_blocks(rid, request.block_hashes) * self._block_size, n)
-        return Candidate(
-            snap,
-            cached,
-            cost.est_prefill_s(n - cached, cached),
-            max(
-                work.outstanding_s(rid),
-                cost.est_backlog_s(snap.queued_prefill_tokens, snap.num_queued_prefills),
-            ),
-            work.num_long_in_flight(rid, self.config.lane_long_prefill_s),
-            cost.est_remote_extra_s(n) if pool == "prefill" else 0,
-        )
-
     # ---- baselines: always remote prefill, priority = client priority ----
 
     def _round_robin(self, pool: PoolName, snapshots: Sequence[ReplicaSnapshot]) -> ReplicaSnapshot:
@@ -485,24 +460,7 @@ class RoutingPolicy:
     ) -> Decision:
         p = self._candidate("prefill", request, p_snap, index, work)
         d = self._candidate("decode", request, d_snap, index, work)
-        return Decision(
-            prefill_replica_id=p.replica_id,
-            decode_replica_id=d.replica_id,
-            engine_priority=request.client_priority,
-            est_prefill_s=p.est_prefill_s,
-            num_cached_tokens=p.num_cached_tokens,
-            num_cached_tokens_decode=d.num_cached_tokens,
-            reason=reason.format(
-                p=p.replica_id, d=d.replica_id, pl=replica_load(p_snap), dl=replica_load(d_snap)
-            ),
-            scores={
-                p.replica_id: {"load": float(replica_load(p_snap))},
-                d.replica_id: {"load": float(replica_load(d_snap))},
-            },
-            policy=name,
-            predicted_ttft_s={p.replica_id: p.predicted_ttft_s},
-            predicted_wait_s=p.outstanding_prefill_s,
-        )
+        return baseline_decision(name, request, p, d, reason)
 
     def _aggregated_baseline(
         self,
@@ -522,16 +480,16 @@ class RoutingPolicy:
                 f"unknown routing policy {name!r}: use pdserve, round_robin, least_loaded"
             )
         d = self._candidate("decode", request, snap, index, work)
-        return Decision(
-            prefill_replica_id=None,
-            decode_replica_id=d.replica_id,
-            engine_priority=request.client_priority,
-            est_prefill_s=d.est_prefill_s,
-            num_cached_tokens=d.num_cached_tokens,
-            num_cached_tokens_decode=d.num_cached_tokens,
-            reason=f"{name} (aggregated): decode {d.replica_id} ({replica_load(snap)} requests)",
-            scores={d.replica_id: {"load": float(replica_load(snap))}},
-            policy=name,
-            predicted_ttft_s={f"local:{d.replica_id}": d.predicted_ttft_s},
-            predicted_wait_s=d.outstanding_prefill_s,
+        return aggregated_baseline_decision(name, request, d)
+
+    def _candidate(
+        self,
+        pool: PoolName,
+        request: RequestSummary,
+        snap: ReplicaSnapshot,
+        index: PrefixIndex,
+        work: OutstandingWork,
+    ) -> Candidate:
+        return baseline_candidate(
+            pool, request, snap, index, work, self._cost, self._block_size, self.config
         )

@@ -8,21 +8,13 @@ import random
 
 import pytest
 
-from pdserve.router.policy import CostModel, OutstandingWork, PolicyConfig, PrefixIndex
+from pdserve.router.policy import OutstandingWork, PolicyConfig, PrefixIndex
 from pdserve.router.policy.itl_guard import ItlGuard, chunk_s, chunk_tokens
 from pdserve.router.policy.pipeline import RoutingPolicy
-from tests.unit.policy.factories import req, snap
+from tests.unit.policy.factories import ROUND_COST, req, snap
 
 # Round numbers: a decode step of b streams takes 5 ms + 1 ms x b; a prompt token 0.1 ms.
-COST = CostModel(
-    fixed_overhead_s=0.01,
-    per_token_s=1e-4,
-    per_token_sq_s=0.0,
-    kv_transfer_per_token_s=2e-5,
-    decode_base_s=0.005,
-    decode_per_seq_s=0.001,
-    decode_per_context_token_s=0.0,
-)
+COST = ROUND_COST
 
 
 def _policy(**kw: object) -> RoutingPolicy:

@@ -7,24 +7,16 @@ from __future__ import annotations
 import pytest
 
 from pdserve.router.placement import Placer
-from pdserve.router.policy import CostModel, OutstandingWork, PolicyConfig, PrefixIndex
+from pdserve.router.policy import OutstandingWork, PolicyConfig, PrefixIndex
 from pdserve.router.policy.pace import CostScale, PrefillPace
 from pdserve.router.policy.pipeline import RoutingPolicy
 from pdserve.router.policy.types import Decision
 from pdserve.router.replica_view import ReplicaView
-from tests.unit.policy.factories import req, snap
+from tests.unit.policy.factories import ROUND_COST, req, snap
 from tests.unit.router.fakes import BLOCK_TOKENS, FixedSource, StepClock
 
 # Round numbers: a prompt token 0.1 ms, 10 ms per prompt, 20 us of transfer per token.
-COST = CostModel(
-    fixed_overhead_s=0.01,
-    per_token_s=1e-4,
-    per_token_sq_s=0.0,
-    kv_transfer_per_token_s=2e-5,
-    decode_base_s=0.005,
-    decode_per_seq_s=0.001,
-    decode_per_context_token_s=0.0,
-)
+COST = ROUND_COST
 PROMPT = 1000  # 0.11 s to prefill anywhere
 
 

@@ -237,8 +237,7 @@ class CompletionHandler:
         return value
 
     def _fair_share_of(self, request: Request) -> bool | None:
-        value = self._override(request, FAIR_SHARE_HEADER, ("on", "off"))
-        return None if value is None else value == "on"
+        return self._on_off(request, FAIR_SHARE_HEADER)
 
     def _itl_guard_of(self, request: Request) -> bool | None:
         return self._on_off(request, ITL_GUARD_HEADER)
@@ -250,8 +249,7 @@ class CompletionHandler:
         return None if value is None else value == "on"
 
     def _kv_verify_of(self, request: Request) -> bool | None:
-        value = self._override(request, KV_VERIFY_HEADER, ("on", "off"))
-        return None if value is None else value == "on"
+        return self._on_off(request, KV_VERIFY_HEADER)
 
     def _policy_of(self, request: Request) -> PolicyName | None:
         return self._override(request, POLICY_HEADER, get_args(PolicyName))  # type: ignore[return-value]
